@@ -1,0 +1,51 @@
+//! payonce: a reference payments service that makes every payment request happen exactly once.
+//!
+//! A client sends `POST /v1/payments` with an `Idempotency-Key` header. However many times that
+//! request arrives (double clicks, client retries, two servers racing, a server killed halfway),
+//! the customer is charged once and every retry gets the same answer.
+//!
+//! # Layout
+//!
+//! ```text
+//! cli            the `payonce` command line: serve, migrate, customers, stripe-sim
+//! config         runtime configuration resolved from flags and environment
+//! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
+//! db             the connection pool, migrations, and the zero-config local PostgreSQL
+//! customers      API customers and their keys (hashed, compared in constant time)
+//! idempotency    the engine: key parsing, fingerprints, the atomic claim, the lease,
+//!                stored responses and the event log
+//!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)
+//!   fingerprint  canonical JSON and the SHA-256 request fingerprint
+//!   claim        INSERT … ON CONFLICT DO NOTHING, and the decision taken on conflict
+//!   lease        the fencing token, heartbeats, fenced phase transitions, release
+//!   events       the append-only `idempotency_events` log
+//! payments       the payment resource and its recovery points (started → payment_created →
+//!                charged → finished): one short transaction each, the gateway call between
+//! gateway        Stripe through async-stripe, with a deterministic downstream idempotency key
+//! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
+//! http           the axum application: routes, extractors, RFC 9457 problem responses
+//! ```
+//!
+//! # Data flow of one payment
+//!
+//! ```text
+//! request ─► http::payments ─► idempotency::claim ──new──► payments::process ─► gateway ─► Stripe
+//!                                  │  │                       (lease held, heartbeat running,
+//!                                  │  └─ in flight ─► 409       no transaction open)
+//!                                  └─ completed ─► stored response replayed
+//! ```
+//!
+//! Every write after the claim carries the lease's fencing token, so a worker that lost its lease
+//! (it was slow, paused, or presumed dead) can never overwrite the work of the one that took over.
+//! See `docs/lifecycle.md` for the full state machine.
+
+pub mod cli;
+pub mod config;
+pub mod customers;
+pub mod db;
+pub mod gateway;
+pub mod http;
+pub mod idempotency;
+pub mod payments;
+pub mod simulator;
+pub mod telemetry;
