@@ -1,8 +1,214 @@
-//! The `payonce` command line.
+//! The `payonce` command line. Every flag has an environment variable of the same meaning, so the
+//! same settings work in a shell, in `docker-compose.yml` and in CI.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig};
+use crate::db::Database;
+use crate::idempotency::EngineSettings;
+use crate::server::{Server, shutdown_signal};
+use crate::telemetry::{self, LogFormat};
+use crate::{customers, simulator};
+
+type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// payonce: a payments API where every request happens exactly once.
+#[derive(Debug, Parser)]
+#[command(name = "payonce", version, about, long_about = None)]
+struct Cli {
+    /// Log line format (logs go to stderr).
+    #[arg(
+        long,
+        env = "PAYONCE_LOG_FORMAT",
+        value_enum,
+        default_value = "pretty",
+        global = true
+    )]
+    log_format: LogFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply migrations and serve the HTTP API until SIGINT/SIGTERM.
+    Serve(ServeArgs),
+    /// Apply the database migrations and exit.
+    Migrate(DatabaseArgs),
+    /// Manage API customers.
+    Customers {
+        #[command(subcommand)]
+        command: CustomersCommand,
+    },
+    /// Run the Stripe-compatible simulator on its own.
+    StripeSim(SimulatorArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum CustomersCommand {
+    /// Create a customer; prints its new API key as the only line on stdout.
+    Create {
+        /// A name for the customer (shown on the dashboard).
+        name: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct DatabaseArgs {
+    /// PostgreSQL URL. When unset, payonce starts a private PostgreSQL under --data-dir.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+
+    /// Folder for the zero-config PostgreSQL (used only without DATABASE_URL).
+    #[arg(long, env = "PAYONCE_DATA_DIR", default_value = ".payonce")]
+    data_dir: PathBuf,
+
+    /// Most database connections to open.
+    #[arg(long, env = "PAYONCE_DB_POOL_SIZE", default_value_t = 16)]
+    db_pool_size: u32,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address the HTTP API listens on.
+    #[arg(long, env = "PAYONCE_ADDR", default_value = "127.0.0.1:3000")]
+    addr: SocketAddr,
+
+    #[command(flatten)]
+    database: DatabaseArgs,
+
+    /// Lease length: how long a worker keeps a key without a heartbeat before others may take it.
+    #[arg(long, env = "PAYONCE_LEASE_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    lease_secs: u64,
+
+    /// How long completed keys are kept and replayed.
+    #[arg(long, env = "PAYONCE_KEY_TTL_SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
+    key_ttl_secs: u64,
+
+    /// Deadline of one gateway call.
+    #[arg(long, env = "PAYONCE_GATEWAY_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    gateway_timeout_secs: u64,
+
+    /// Stripe secret key. When unset, payonce starts its built-in Stripe simulator.
+    #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
+    stripe_secret_key: Option<String>,
+
+    /// Base URL of the Stripe API (e.g. an external `payonce stripe-sim`).
+    #[arg(long, env = "STRIPE_API_BASE")]
+    stripe_api_base: Option<String>,
+
+    /// Address of the built-in simulator (port 0: any free port).
+    #[arg(long, env = "PAYONCE_SIM_ADDR", default_value = "127.0.0.1:0")]
+    sim_addr: SocketAddr,
+}
+
+#[derive(Debug, Args)]
+struct SimulatorArgs {
+    /// Address the simulator listens on.
+    #[arg(long, env = "PAYONCE_SIM_ADDR", default_value = "127.0.0.1:12111")]
+    addr: SocketAddr,
+}
+
+impl DatabaseArgs {
+    fn config(&self) -> DatabaseConfig {
+        DatabaseConfig {
+            url: self
+                .database_url
+                .clone()
+                .filter(|url| !url.is_empty())
+                .map(Secret::new),
+            local_dir: self.data_dir.clone(),
+            pool_size: self.db_pool_size,
+        }
+    }
+}
+
+impl ServeArgs {
+    fn config(&self) -> ServeConfig {
+        ServeConfig {
+            addr: self.addr,
+            database: self.database.config(),
+            engine: EngineSettings {
+                lease: Duration::from_secs(self.lease_secs),
+                key_ttl: Duration::from_secs(self.key_ttl_secs),
+            },
+            gateway: GatewayConfig {
+                stripe: self
+                    .stripe_secret_key
+                    .clone()
+                    .filter(|key| !key.is_empty())
+                    .map(|key| StripeConfig {
+                        secret_key: Secret::new(key),
+                        api_base: self.stripe_api_base.clone().filter(|url| !url.is_empty()),
+                    }),
+                simulator_addr: self.sim_addr,
+                timeout: Duration::from_secs(self.gateway_timeout_secs),
+            },
+        }
+    }
+}
 
 /// Entry point of the `payonce` binary.
 pub fn main() -> ExitCode {
-    ExitCode::SUCCESS
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("payonce: could not start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err}");
+            eprintln!("payonce: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> CliResult {
+    match command {
+        Command::Serve(args) => {
+            let server = Server::start(args.config()).await?;
+            server.run(shutdown_signal()).await?;
+        }
+        Command::Migrate(args) => {
+            let database = Database::open(&args.config()).await?;
+            tracing::info!(
+                migrations = crate::db::MIGRATOR.iter().count(),
+                "database is up to date"
+            );
+            database.close().await;
+        }
+        Command::Customers {
+            command: CustomersCommand::Create { name, database },
+        } => {
+            let database = Database::open(&database.config()).await?;
+            let created = customers::create(&database.pool, &name).await;
+            database.close().await;
+            let (customer, key) = created?;
+            tracing::info!(customer = %customers::CustomerId(customer.id), name = %customer.name, "customer created; its API key follows on stdout");
+            println!("{}", key.expose());
+        }
+        Command::StripeSim(args) => {
+            let listener = tokio::net::TcpListener::bind(args.addr).await?;
+            tracing::info!(addr = %listener.local_addr()?, "Stripe simulator listening (ledger: /_sim/charges, faults: /_sim/faults)");
+            simulator::serve(listener, simulator::Simulator::new(), shutdown_signal()).await?;
+        }
+    }
+    Ok(())
 }

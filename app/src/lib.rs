@@ -24,6 +24,7 @@
 //! gateway        Stripe through async-stripe, with a deterministic downstream idempotency key
 //! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
 //! http           the axum application: routes, extractors, RFC 9457 problem responses
+//! server         `payonce serve`: startup and orderly shutdown of all the above
 //! ```
 //!
 //! # Data flow of one payment
@@ -47,5 +48,6 @@ pub mod gateway;
 pub mod http;
 pub mod idempotency;
 pub mod payments;
+pub mod server;
 pub mod simulator;
 pub mod telemetry;

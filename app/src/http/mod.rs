@@ -1,1 +1,63 @@
-//! TODO
+//! The HTTP application: routes, shared state, middleware.
+//!
+//! Every route module exposes `router()`; they are merged here. Errors are [`error::ApiError`],
+//! rendered as RFC 9457 problems ([`problem`]).
+
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod payments;
+pub mod problem;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request};
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+use crate::gateway::Gateway;
+use crate::idempotency::Engine;
+use error::ApiError;
+
+/// What every handler can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Engine,
+    pub gateway: Gateway,
+    /// How this server names itself as a lease owner (`http:<host>:<pid>`).
+    pub owner: Arc<str>,
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The whole application.
+pub fn router(state: AppState) -> Router {
+    let middleware = ServiceBuilder::new()
+        // Outermost first: every request gets an id (or keeps the one it came with) before the
+        // trace span opens, so every log line of the request carries it.
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|request: &Request<_>| {
+                    let id = request.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("-");
+                    tracing::info_span!("request", id, method = %request.method(), path = %request.uri().path())
+                })
+                .on_request(())
+                .on_response(DefaultOnResponse::new().level(Level::INFO).latency_unit(tower_http::LatencyUnit::Millis)),
+        )
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(axum::middleware::from_fn(error::log_errors))
+        .layer(DefaultBodyLimit::max(extract::BODY_LIMIT));
+
+    Router::new()
+        .merge(health::router())
+        .merge(payments::router())
+        .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .with_state(state)
+        .layer(middleware)
+}

@@ -1,0 +1,272 @@
+//! The API's one error type, and how each error becomes a problem response.
+//!
+//! As in axum's `error-handling` example, turning an error into a response has no side effects:
+//! [`ApiError::into_response`] only builds the problem document and leaves a [`LoggedError`] in
+//! the response's extensions; [`log_errors`] (a middleware inside the request's trace span) logs
+//! it, once, with the request id.
+
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::problem::Problem;
+use crate::gateway::GatewayError;
+use crate::idempotency::{ClaimError, KeyError};
+use crate::payments::FieldError;
+use crate::payments::process::ProcessError;
+
+/// How long a client should wait after the gateway failed to answer. The key was released, so a
+/// retry resumes at once; this only spaces retries out while the gateway recovers.
+pub const GATEWAY_RETRY_AFTER: Duration = Duration::from_secs(2);
+/// How long a client should wait while the database is unreachable.
+const DATABASE_RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or invalid API key")]
+    Unauthorized,
+    #[error(transparent)]
+    IdempotencyKey(#[from] KeyError),
+    #[error("invalid request: {detail}")]
+    InvalidRequest {
+        detail: String,
+        errors: Vec<FieldError>,
+    },
+    #[error("the request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("not found")]
+    NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("the idempotency key is in flight")]
+    InFlight { retry_after: Duration },
+    #[error("{0}")]
+    KeyReused(String),
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    #[error("database unavailable: {0}")]
+    DatabaseUnavailable(sqlx::Error),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A 400 for a body that parsed but did not validate.
+    pub fn invalid_fields(errors: Vec<FieldError>) -> Self {
+        let detail = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.detail))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Self::InvalidRequest { detail, errors }
+    }
+
+    /// A 400 with a single message.
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        Self::InvalidRequest {
+            detail: detail.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn problem(&self) -> Problem {
+        use StatusCode as S;
+        match self {
+            Self::Unauthorized => Problem::new(
+                S::UNAUTHORIZED,
+                "unauthorized",
+                "Authentication required",
+                "Send your API key as `Authorization: Bearer po_…` (create one with `payonce customers create NAME`).",
+            ),
+            Self::IdempotencyKey(KeyError::Missing) => {
+                Problem::new(S::BAD_REQUEST, "idempotency-key-missing", "Idempotency-Key required", KeyError::Missing.to_string())
+            }
+            Self::IdempotencyKey(err) => {
+                Problem::new(S::BAD_REQUEST, "idempotency-key-invalid", "Invalid Idempotency-Key", format!("{err}. The request was not processed."))
+            }
+            Self::InvalidRequest { detail, errors } => {
+                let problem = Problem::new(
+                    S::BAD_REQUEST,
+                    "invalid-request",
+                    "Invalid request",
+                    format!("{detail}. The request was not processed and its Idempotency-Key was not used."),
+                );
+                if errors.is_empty() {
+                    problem
+                } else {
+                    problem.with("errors", serde_json::to_value(errors).unwrap_or_default())
+                }
+            }
+            Self::UnsupportedMediaType => Problem::new(
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+                "Send the body as JSON with `Content-Type: application/json`.",
+            ),
+            Self::PayloadTooLarge { limit } => Problem::new(
+                S::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Request body too large",
+                format!("The body may be at most {limit} bytes."),
+            ),
+            Self::NotFound => Problem::new(S::NOT_FOUND, "not-found", "Not found", "There is nothing at this URL for your API key."),
+            Self::MethodNotAllowed => Problem::new(
+                S::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+                "This URL does not support this HTTP method.",
+            ),
+            Self::InFlight { retry_after } => Problem::new(
+                S::CONFLICT,
+                "idempotency-key-in-use",
+                "Request in progress",
+                format!(
+                    "A request with this Idempotency-Key is still being processed. Retry with the same key and payload after {} s to get its result.",
+                    retry_after.as_secs()
+                ),
+            )
+            .with("retry_after", retry_after.as_secs()),
+            Self::KeyReused(detail) => Problem::new(
+                S::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency-Key reused",
+                format!("{detail}. A key identifies one request: send this request with a new key, or retry the original request unchanged."),
+            ),
+            Self::Gateway(err) => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "gateway-unavailable",
+                "Payment gateway unavailable",
+                format!(
+                    "{err}. The payment was not completed and may or may not have been charged; retry with the same Idempotency-Key: it resumes the payment and can never charge twice."
+                ),
+            )
+            .with("retry_after", GATEWAY_RETRY_AFTER.as_secs()),
+            Self::DatabaseUnavailable(_) => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "service-unavailable",
+                "Service temporarily unavailable",
+                "The database could not be reached. Retry with the same Idempotency-Key; the request resumes where it stopped.",
+            )
+            .with("retry_after", DATABASE_RETRY_AFTER.as_secs()),
+            Self::Internal(_) => Problem::new(
+                S::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                "Something unexpected went wrong; it was logged. Retrying with the same Idempotency-Key is safe.",
+            ),
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::InFlight { retry_after } => Some(*retry_after),
+            Self::Gateway(_) => Some(GATEWAY_RETRY_AFTER),
+            Self::DatabaseUnavailable(_) => Some(DATABASE_RETRY_AFTER),
+            _ => None,
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(err: sqlx::Error) -> Self {
+        if is_unavailable(&err) {
+            Self::DatabaseUnavailable(err)
+        } else {
+            Self::Internal(err.to_string())
+        }
+    }
+}
+
+impl From<ClaimError> for ApiError {
+    fn from(err: ClaimError) -> Self {
+        match err {
+            ClaimError::RouteMismatch { .. } | ClaimError::PayloadMismatch => {
+                Self::KeyReused(err.to_string())
+            }
+            ClaimError::Database(err) => err.into(),
+            ClaimError::Corrupt(_) => Self::Internal(err.to_string()),
+        }
+    }
+}
+
+impl From<ProcessError> for ApiError {
+    fn from(err: ProcessError) -> Self {
+        match err {
+            // The caller retries the claim on LeaseLost; reaching here means it kept changing hands.
+            ProcessError::LeaseLost(_) => Self::InFlight {
+                retry_after: Duration::from_secs(1),
+            },
+            ProcessError::Gateway(err) => Self::Gateway(err),
+            ProcessError::Database(err) => err.into(),
+            ProcessError::Corrupt { .. } => Self::Internal(err.to_string()),
+        }
+    }
+}
+
+/// Whether a database error means "unreachable or overloaded, try again" rather than a bug.
+fn is_unavailable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        // Class 08: connection exception; 57P0x: the server is shutting down or starting up;
+        // class 53: insufficient resources (e.g. too many connections).
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || code.starts_with("57P0") || code.starts_with("53")
+        }),
+        _ => false,
+    }
+}
+
+/// What [`log_errors`] logs for a failed request.
+#[derive(Debug, Clone)]
+pub struct LoggedError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let problem = self.problem();
+        let status = problem.status;
+        let mut response = problem.into_response();
+        if let Some(retry_after) = self.retry_after() {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after.as_secs()),
+            );
+        }
+        if matches!(self, Self::Unauthorized) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response.extensions_mut().insert(LoggedError {
+            status,
+            message: self.to_string(),
+        });
+        response
+    }
+}
+
+/// Logs the [`LoggedError`] of a response: 5xx as errors, 4xx at debug (they are the client's).
+pub async fn log_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    if let Some(err) = response.extensions().get::<LoggedError>() {
+        if err.status.is_server_error() {
+            tracing::error!(status = err.status.as_u16(), error = %err.message, "request failed");
+        } else {
+            tracing::debug!(status = err.status.as_u16(), error = %err.message, "request refused");
+        }
+    }
+    response
+}

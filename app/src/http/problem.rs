@@ -1,0 +1,111 @@
+//! RFC 9457 problem details: the body of every error payonce returns.
+//!
+//! A problem is built once and can become a live response ([`IntoResponse`]) or be stored as part
+//! of an idempotent result and replayed later (a declined card is a final answer, so its 402 is
+//! stored like a 201). Both paths serialise through [`Problem::to_json`], so a replay is
+//! byte-for-byte the original.
+//!
+//! Every `type` is listed, with what a client should do about it, in `docs/errors.md`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Media type of problem documents (RFC 9457 §3).
+pub const CONTENT_TYPE: &str = "application/problem+json";
+
+/// Where problem type URIs live. The URIs are identifiers first; `docs/errors.md` documents each.
+const TYPE_BASE: &str = "https://payonce.dev/problems/";
+
+/// One problem document.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    /// A stable URI naming the kind of problem; clients branch on this, never on `title`.
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// A short, human-readable summary of the kind of problem; the same for every occurrence.
+    pub title: &'static str,
+    /// The HTTP status, repeated in the body for clients that lose the status line.
+    #[serde(serialize_with = "serialize_status")]
+    pub status: StatusCode,
+    /// What went wrong this time, and what to do about it.
+    pub detail: String,
+    /// Extension members (RFC 9457 §3.2), e.g. `retry_after` or the decline code.
+    #[serde(flatten)]
+    pub extensions: Map<String, Value>,
+}
+
+fn serialize_status<S: serde::Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u16(status.as_u16())
+}
+
+impl Problem {
+    /// A problem of kind `slug` (the last segment of its type URI).
+    pub fn new(
+        status: StatusCode,
+        slug: &str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_uri: format!("{TYPE_BASE}{slug}"),
+            title,
+            status,
+            detail: detail.into(),
+            extensions: Map::new(),
+        }
+    }
+
+    /// Adds an extension member.
+    pub fn with(mut self, name: &str, value: impl Into<Value>) -> Self {
+        self.extensions.insert(name.to_owned(), value.into());
+        self
+    }
+
+    /// The serialised document.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serialising a struct of strings, numbers and JSON values cannot fail.
+        serde_json::to_vec(self).expect("a problem document always serialises")
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let body = self.to_json();
+        (
+            self.status,
+            [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],
+            body,
+        )
+            .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire shape has the five RFC 9457 members and flattened extensions.
+    #[test]
+    fn serialises_members_and_extensions() {
+        let problem = Problem::new(
+            StatusCode::CONFLICT,
+            "idempotency-key-in-use",
+            "In use",
+            "wait",
+        )
+        .with("retry_after", 3);
+        let json: Value = serde_json::from_slice(&problem.to_json()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "type": "https://payonce.dev/problems/idempotency-key-in-use",
+                "title": "In use",
+                "status": 409,
+                "detail": "wait",
+                "retry_after": 3
+            })
+        );
+    }
+}

@@ -1,0 +1,318 @@
+//! Where a key is claimed: the atomic insert, and the decision taken when the key already exists.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::lease::{Lease, RecoveryPoint};
+use super::{Engine, Event, EventKind, Fingerprint, IdempotencyKey, StoredResponse, secs};
+
+/// An idempotent request, reduced to what the engine needs to know about it.
+#[derive(Debug, Clone)]
+pub struct Operation {
+    /// Keys are scoped per customer: the same key from two customers is two operations.
+    pub customer_id: Uuid,
+    pub key: IdempotencyKey,
+    pub method: &'static str,
+    /// The route *template* (`/v1/payments`), not the concrete path.
+    pub route: &'static str,
+    /// The canonical request. It is stored, so abandoned work can be finished without the client.
+    pub request: Value,
+    pub fingerprint: Fingerprint,
+}
+
+impl Operation {
+    pub fn new(
+        customer_id: Uuid,
+        key: IdempotencyKey,
+        method: &'static str,
+        route: &'static str,
+        request: Value,
+    ) -> Self {
+        let fingerprint = Fingerprint::of(method, route, &request);
+        Self {
+            customer_id,
+            key,
+            method,
+            route,
+            request,
+            fingerprint,
+        }
+    }
+}
+
+/// What a request may do with its key.
+#[derive(Debug)]
+pub enum Claim {
+    /// This request holds the lease (a new key, or an abandoned one reclaimed) and must drive the
+    /// work from `lease.recovery_point`.
+    Acquired(Lease),
+    /// The work is done: replay this response.
+    Completed(StoredResponse),
+    /// Another worker holds a live lease. Try again after `retry_after`.
+    InFlight { retry_after: Duration },
+}
+
+/// Why a request may not use its key at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    /// The key was first used for another endpoint.
+    #[error("this Idempotency-Key was first used for {method} {route}")]
+    RouteMismatch { method: String, route: String },
+    /// The key was first used with another payload.
+    #[error("this Idempotency-Key was first used with a different request body")]
+    PayloadMismatch,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// A stored row that this code could not have written.
+    #[error("idempotency key {0} holds data this version cannot read")]
+    Corrupt(Uuid),
+}
+
+/// A key row as loaded on conflict.
+struct Existing {
+    id: Uuid,
+    method: String,
+    route: String,
+    fingerprint: Vec<u8>,
+    request: Value,
+    state: String,
+    recovery_point: String,
+    lease_token: i64,
+    lease_expired: bool,
+    lease_remaining_secs: f64,
+    response_status: Option<i16>,
+    response_headers: Option<Value>,
+    response_body: Option<Vec<u8>>,
+}
+
+/// How often a claim may find its key gone or its reclaim beaten before giving up. Each retry
+/// needs another worker's write to land in between, so more than a couple means something odd.
+const ATTEMPTS: usize = 4;
+
+impl Engine {
+    /// Claims `op.key` for `owner` (a name for logs and the dashboard, e.g. `http:host:pid`).
+    pub async fn claim(&self, op: &Operation, owner: &str) -> Result<Claim, ClaimError> {
+        for _ in 0..ATTEMPTS {
+            if let Some(lease) = self.insert(op, owner).await? {
+                return Ok(Claim::Acquired(lease));
+            }
+            // The insert found a conflicting row. ON CONFLICT waited for the transaction that
+            // inserted it, so a new statement sees it, unless it was deleted meanwhile (expired
+            // by the reaper or an operator): then the key is free again and we insert afresh.
+            let Some(existing) = self.load(op).await? else {
+                continue;
+            };
+            if let Some(claim) = self.decide(op, existing, owner).await? {
+                return Ok(claim);
+            }
+            // Our reclaim lost to another worker's; look again at what it made of the key.
+        }
+        // Retrying this fast against a key that keeps changing hands: tell the client to wait.
+        Ok(Claim::InFlight {
+            retry_after: Duration::from_secs(1),
+        })
+    }
+
+    /// The atomic claim. Returns the lease if this call created the key.
+    async fn insert(&self, op: &Operation, owner: &str) -> Result<Option<Lease>, ClaimError> {
+        let id = Uuid::now_v7();
+        let settings = self.settings();
+        let row = sqlx::query!(
+            r#"
+            with claimed as (
+                insert into idempotency_keys
+                    (id, customer_id, key, method, route, fingerprint, request,
+                     lease_owner, locked_until, expires_at)
+                values ($1, $2, $3, $4, $5, $6, $7,
+                        $8, now() + $9 * interval '1 second', now() + $10 * interval '1 second')
+                on conflict (customer_id, key) do nothing
+                returning id, customer_id, lease_token, attempts
+            ), event as (
+                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+                select id, customer_id, 'claimed', lease_token, jsonb_build_object('owner', $8::text)
+                from claimed
+            )
+            select lease_token, attempts from claimed
+            "#,
+            id,
+            op.customer_id,
+            op.key.as_str(),
+            op.method,
+            op.route,
+            op.fingerprint.as_bytes().as_slice(),
+            op.request,
+            owner,
+            secs(settings.lease),
+            secs(settings.key_ttl),
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|row| {
+            Lease::new(
+                self.clone(),
+                id,
+                op.customer_id,
+                op.key.as_str().to_owned(),
+                row.lease_token,
+                RecoveryPoint::Started,
+                op.request.clone(),
+                row.attempts,
+            )
+        }))
+    }
+
+    async fn load(&self, op: &Operation) -> Result<Option<Existing>, ClaimError> {
+        let row = sqlx::query_as!(
+            Existing,
+            r#"
+            select id, method, route, fingerprint, request, state, recovery_point, lease_token,
+                   coalesce(locked_until <= now(), false) as "lease_expired!",
+                   coalesce(extract(epoch from locked_until - now())::float8, 0) as "lease_remaining_secs!",
+                   response_status, response_headers, response_body
+            from idempotency_keys
+            where customer_id = $1 and key = $2
+            "#,
+            op.customer_id,
+            op.key.as_str(),
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row)
+    }
+
+    /// Scope, then fingerprint, then state. `None` means "our reclaim lost a race; look again".
+    async fn decide(
+        &self,
+        op: &Operation,
+        row: Existing,
+        owner: &str,
+    ) -> Result<Option<Claim>, ClaimError> {
+        // Scope. The row was found by (customer, key), so it is this customer's by construction;
+        // what remains is the operation it was created for.
+        if row.method != op.method || row.route != op.route {
+            self.observe(
+                op,
+                row.id,
+                EventKind::Mismatch,
+                json!({"reason": "route", "route": row.route}),
+            );
+            return Err(ClaimError::RouteMismatch {
+                method: row.method,
+                route: row.route,
+            });
+        }
+        if row.fingerprint.as_slice() != op.fingerprint.as_bytes() {
+            self.observe(
+                op,
+                row.id,
+                EventKind::Mismatch,
+                json!({"reason": "payload"}),
+            );
+            return Err(ClaimError::PayloadMismatch);
+        }
+        match row.state.as_str() {
+            "completed" | "failed" => {
+                let stored = match (
+                    row.response_status,
+                    &row.response_headers,
+                    row.response_body,
+                ) {
+                    (Some(status), Some(headers), Some(body)) => {
+                        StoredResponse::from_columns(status, headers, body)
+                    }
+                    _ => None,
+                }
+                .ok_or(ClaimError::Corrupt(row.id))?;
+                self.observe(
+                    op,
+                    row.id,
+                    EventKind::Replayed,
+                    json!({"status": stored.status.as_u16()}),
+                );
+                Ok(Some(Claim::Completed(stored)))
+            }
+            "processing" if !row.lease_expired => {
+                let retry_after = retry_after(row.lease_remaining_secs);
+                self.observe(
+                    op,
+                    row.id,
+                    EventKind::Conflict,
+                    json!({"retry_after": retry_after.as_secs()}),
+                );
+                Ok(Some(Claim::InFlight { retry_after }))
+            }
+            "processing" => Ok(self.reclaim(op, row, owner).await?.map(Claim::Acquired)),
+            _ => Err(ClaimError::Corrupt(row.id)),
+        }
+    }
+
+    /// Takes over a key whose lease ran out: the token grows, so whoever held it before can no
+    /// longer write. Succeeds only if the row is still exactly as we saw it.
+    async fn reclaim(
+        &self,
+        op: &Operation,
+        row: Existing,
+        owner: &str,
+    ) -> Result<Option<Lease>, ClaimError> {
+        let recovery_point =
+            RecoveryPoint::parse(&row.recovery_point).ok_or(ClaimError::Corrupt(row.id))?;
+        let reclaimed = sqlx::query!(
+            r#"
+            with reclaimed as (
+                update idempotency_keys
+                   set lease_token = lease_token + 1,
+                       lease_owner = $3,
+                       locked_until = now() + $4 * interval '1 second',
+                       attempts = attempts + 1,
+                       updated_at = now()
+                 where id = $1 and lease_token = $2 and state = 'processing' and locked_until <= now()
+                returning id, customer_id, lease_token, attempts, recovery_point
+            ), event as (
+                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+                select id, customer_id, 'reclaimed', lease_token,
+                       jsonb_build_object('owner', $3::text, 'recovery_point', recovery_point)
+                from reclaimed
+            )
+            select lease_token, attempts from reclaimed
+            "#,
+            row.id,
+            row.lease_token,
+            owner,
+            secs(self.settings().lease),
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(reclaimed.map(|r| {
+            tracing::info!(key_id = %row.id, token = r.lease_token, ?recovery_point, "reclaimed an expired lease");
+            Lease::new(
+                self.clone(),
+                row.id,
+                op.customer_id,
+                op.key.as_str().to_owned(),
+                r.lease_token,
+                recovery_point,
+                row.request,
+                r.attempts,
+            )
+        }))
+    }
+
+    fn observe(&self, op: &Operation, key_id: Uuid, kind: EventKind, detail: Value) {
+        tracing::debug!(%key_id, kind = kind.as_str(), fingerprint = %op.fingerprint.short(), "idempotency event");
+        self.events().record(Event {
+            key_id,
+            customer_id: op.customer_id,
+            kind,
+            lease_token: None,
+            detail,
+        });
+    }
+}
+
+/// The `Retry-After` for a key in flight: the time left on its lease, rounded up to whole seconds
+/// (the header's unit), and at least one second.
+fn retry_after(lease_remaining_secs: f64) -> Duration {
+    Duration::from_secs(lease_remaining_secs.ceil().max(1.0) as u64)
+}

@@ -1,0 +1,144 @@
+//! The append-only `idempotency_events` log: the history of every key, read by the dashboard.
+//!
+//! Two kinds of events, written two ways:
+//!
+//! * **Transitions** (claimed, reclaimed, payment_created, completed, released, …) change a key's
+//!   state. They are inserted by the very statement that makes the transition, so the log can never
+//!   disagree with the table.
+//! * **Observations** (replayed, conflict, mismatch) change nothing. They are the hot path of a
+//!   retry storm, so they go through [`EventLog`], which batches them into one insert every few
+//!   milliseconds instead of one commit per request. An observation can be lost if the process
+//!   dies in that window; a transition never is.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+/// What happened to a key. The strings are the `kind` column's allowed values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Claimed,
+    Replayed,
+    Conflict,
+    Mismatch,
+    Reclaimed,
+    PaymentCreated,
+    Completed,
+    Released,
+    LeaseLost,
+    Failed,
+    Expired,
+}
+
+impl EventKind {
+    /// The value stored in `idempotency_events.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Claimed => "claimed",
+            Self::Replayed => "replayed",
+            Self::Conflict => "conflict",
+            Self::Mismatch => "mismatch",
+            Self::Reclaimed => "reclaimed",
+            Self::PaymentCreated => "payment_created",
+            Self::Completed => "completed",
+            Self::Released => "released",
+            Self::LeaseLost => "lease_lost",
+            Self::Failed => "failed",
+            Self::Expired => "expired",
+        }
+    }
+}
+
+/// One event on its way to the table.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub key_id: Uuid,
+    pub customer_id: Uuid,
+    pub kind: EventKind,
+    pub lease_token: Option<i64>,
+    pub detail: Value,
+}
+
+/// Buffered writer for observation events. Cheap to clone.
+#[derive(Clone)]
+pub struct EventLog {
+    tx: mpsc::Sender<Event>,
+}
+
+/// How many events may wait for the writer before new ones are dropped (with a warning).
+const QUEUE: usize = 16_384;
+/// The most events written by one statement.
+const BATCH: usize = 1_024;
+/// How long the writer lets a batch fill before writing it.
+const LINGER: Duration = Duration::from_millis(20);
+
+impl EventLog {
+    /// Starts the writer. It stops, after writing what it holds, once every `EventLog` clone is
+    /// dropped; await the handle to be sure the last events reached the database.
+    pub fn spawn(pool: PgPool) -> (Self, JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        (Self { tx }, tokio::spawn(write_batches(pool, rx)))
+    }
+
+    /// Queues an event. Never waits: under overload the event is dropped rather than slowing a
+    /// request down.
+    pub fn record(&self, event: Event) {
+        if let Err(err) = self.tx.try_send(event) {
+            tracing::warn!(
+                kind = err.into_inner().kind.as_str(),
+                "event queue full; event dropped"
+            );
+        }
+    }
+}
+
+async fn write_batches(pool: PgPool, mut rx: mpsc::Receiver<Event>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        if rx.recv_many(&mut batch, BATCH).await == 0 {
+            return; // every sender is gone and the queue is empty
+        }
+        // Let a burst accumulate: one insert of many rows costs about what one row costs.
+        tokio::time::sleep(LINGER).await;
+        let room = BATCH - batch.len();
+        if room > 0 {
+            // Take whatever arrived meanwhile without waiting.
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(event) => batch.push(event),
+                    Err(_) => break,
+                }
+            }
+        }
+        if let Err(err) = insert(&pool, &batch).await {
+            tracing::warn!(error = %err, events = batch.len(), "could not write events; dropped");
+        }
+        batch.clear();
+    }
+}
+
+async fn insert(pool: &PgPool, events: &[Event]) -> sqlx::Result<()> {
+    let key_ids: Vec<Uuid> = events.iter().map(|e| e.key_id).collect();
+    let customer_ids: Vec<Uuid> = events.iter().map(|e| e.customer_id).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let tokens: Vec<Option<i64>> = events.iter().map(|e| e.lease_token).collect();
+    let details: Vec<Value> = events.iter().map(|e| e.detail.clone()).collect();
+    sqlx::query!(
+        r#"
+        insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+        select * from unnest($1::uuid[], $2::uuid[], $3::text[], $4::int8[], $5::jsonb[])
+        "#,
+        &key_ids,
+        &customer_ids,
+        &kinds as &[&str],
+        &tokens as &[Option<i64>],
+        &details,
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}

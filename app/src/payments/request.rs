@@ -1,0 +1,241 @@
+//! The body of `POST /v1/payments`, and its validation into the canonical [`NewPayment`].
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use stripe_types::Currency;
+
+/// The largest amount accepted, in minor units: Stripe's limit for most currencies (eight digits).
+pub const MAX_AMOUNT: i64 = 99_999_999;
+/// Metadata keys reserved for payonce's own audit trail on the PaymentIntent.
+pub const RESERVED_METADATA_PREFIX: &str = "payonce_";
+/// Stripe allows 50 metadata keys; payonce adds three of its own.
+pub const MAX_METADATA_KEYS: usize = 47;
+const MAX_METADATA_KEY_LEN: usize = 40;
+const MAX_METADATA_VALUE_LEN: usize = 500;
+const MAX_DESCRIPTION_LEN: usize = 1000;
+const MAX_PAYMENT_METHOD_LEN: usize = 255;
+
+/// The request body exactly as the client may send it. Unknown fields are refused rather than
+/// ignored: a typo in an optional field (`"metdata"`) should not silently charge without it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePayment {
+    /// Amount in the currency's minor unit (cents for USD).
+    pub amount: i64,
+    /// ISO 4217 code, any case.
+    pub currency: String,
+    /// A Stripe PaymentMethod id (`pm_…`).
+    pub payment_method: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// A validated payment request in canonical form: what the fingerprint covers, what is stored with
+/// the key, and what the sweeper replays to finish abandoned work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewPayment {
+    pub amount: i64,
+    /// Lowercase, as Stripe spells currencies.
+    pub currency: String,
+    pub payment_method: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Always present (possibly empty), so `{}` and an absent `metadata` are the same request.
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// One invalid field, reported to the client in the problem's `errors` member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// The field's JSON path, e.g. `amount` or `metadata.order`.
+    pub field: String,
+    /// What is wrong with it.
+    pub detail: String,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+impl CreatePayment {
+    /// Checks every field and reports all problems at once, so a client fixes its request in one go.
+    pub fn validate(self) -> Result<NewPayment, Vec<FieldError>> {
+        let mut errors = Vec::new();
+
+        if self.amount <= 0 {
+            errors.push(FieldError::new(
+                "amount",
+                "must be a positive integer (minor units, e.g. cents)",
+            ));
+        } else if self.amount > MAX_AMOUNT {
+            errors.push(FieldError::new(
+                "amount",
+                format!("must be at most {MAX_AMOUNT}"),
+            ));
+        }
+
+        let currency = self.currency.to_ascii_lowercase();
+        let supported = currency.len() == 3
+            && currency.bytes().all(|b| b.is_ascii_lowercase())
+            && !matches!(Currency::from_str(&currency), Ok(Currency::Unknown(_)));
+        if !supported {
+            errors.push(FieldError::new(
+                "currency",
+                "must be a three-letter ISO 4217 code that Stripe supports, e.g. \"usd\"",
+            ));
+        }
+
+        let pm = &self.payment_method;
+        if !(pm.starts_with("pm_")
+            && pm.len() > 3
+            && pm.len() <= MAX_PAYMENT_METHOD_LEN
+            && pm.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        {
+            errors.push(FieldError::new(
+                "payment_method",
+                "must be a PaymentMethod id such as \"pm_card_visa\"",
+            ));
+        }
+
+        if let Some(description) = &self.description
+            && description.chars().count() > MAX_DESCRIPTION_LEN
+        {
+            errors.push(FieldError::new(
+                "description",
+                format!("must be at most {MAX_DESCRIPTION_LEN} characters"),
+            ));
+        }
+
+        let metadata = self.metadata.unwrap_or_default();
+        if metadata.len() > MAX_METADATA_KEYS {
+            errors.push(FieldError::new(
+                "metadata",
+                format!("may hold at most {MAX_METADATA_KEYS} keys"),
+            ));
+        }
+        for (key, value) in &metadata {
+            let field = format!("metadata.{key}");
+            if key.is_empty()
+                || key.chars().count() > MAX_METADATA_KEY_LEN
+                || key.contains(['[', ']'])
+            {
+                errors.push(FieldError::new(
+                    field,
+                    format!(
+                        "keys must be 1 to {MAX_METADATA_KEY_LEN} characters, without '[' or ']'"
+                    ),
+                ));
+            } else if key.starts_with(RESERVED_METADATA_PREFIX) {
+                errors.push(FieldError::new(
+                    field,
+                    format!("keys starting with \"{RESERVED_METADATA_PREFIX}\" are reserved"),
+                ));
+            } else if value.chars().count() > MAX_METADATA_VALUE_LEN {
+                errors.push(FieldError::new(
+                    field,
+                    format!("values must be at most {MAX_METADATA_VALUE_LEN} characters"),
+                ));
+            }
+        }
+
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(NewPayment {
+            amount: self.amount,
+            currency,
+            payment_method: self.payment_method,
+            description: self.description,
+            metadata,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::idempotency::fingerprint::canonical_json;
+
+    fn body(json: &str) -> CreatePayment {
+        serde_json::from_str(json).unwrap()
+    }
+
+    /// Currency case and absent optional members do not make a different request.
+    #[test]
+    fn canonical_form_normalises() {
+        let a = body(r#"{"amount": 100, "currency": "USD", "payment_method": "pm_card_visa"}"#)
+            .validate()
+            .unwrap();
+        let b = body(r#"{"payment_method": "pm_card_visa", "metadata": {}, "currency": "usd", "amount": 100, "description": null}"#)
+            .validate()
+            .unwrap();
+        assert_eq!(a, b);
+        let canonical = canonical_json(&serde_json::to_value(&a).unwrap());
+        assert_eq!(
+            canonical,
+            r#"{"amount":100,"currency":"usd","metadata":{},"payment_method":"pm_card_visa"}"#
+        );
+    }
+
+    /// Every invalid field is reported, each with its path.
+    #[test]
+    fn reports_every_invalid_field() {
+        let errors = body(r#"{"amount": 0, "currency": "usdx", "payment_method": "card", "metadata": {"payonce_x": "1", "ok": "1"}}"#)
+            .validate()
+            .unwrap_err();
+        let fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["amount", "currency", "payment_method", "metadata.payonce_x"]
+        );
+    }
+
+    /// Currencies Stripe does not know are refused, known ones in any case accepted.
+    #[test]
+    fn currencies() {
+        let with = |c: &str| {
+            body(&format!(
+                r#"{{"amount": 1, "currency": "{c}", "payment_method": "pm_card_visa"}}"#
+            ))
+            .validate()
+        };
+        assert!(with("eur").is_ok());
+        assert!(with("JPY").is_ok());
+        assert!(with("xyz").is_err());
+        assert!(with("").is_err());
+        assert!(with("us").is_err());
+    }
+
+    /// Unknown members and wrong types are refused by the deserializer.
+    #[test]
+    fn strict_shape() {
+        assert!(
+            serde_json::from_str::<CreatePayment>(
+                r#"{"amount": 1, "currency": "usd", "payment_method": "pm_x", "extra": 1}"#
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_str::<CreatePayment>(
+                r#"{"amount": "1", "currency": "usd", "payment_method": "pm_x"}"#
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_str::<CreatePayment>(
+                r#"{"amount": 1.5, "currency": "usd", "payment_method": "pm_x"}"#
+            )
+            .is_err()
+        );
+    }
+}

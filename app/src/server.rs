@@ -1,0 +1,165 @@
+//! `payonce serve`: assembles the database, the gateway, the engine and the HTTP application,
+//! and takes them down again in order.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::config::{ServeConfig, owner_name};
+use crate::db::{Database, OpenError};
+use crate::gateway::Gateway;
+use crate::http::{self, AppState};
+use crate::idempotency::{Engine, EventLog};
+use crate::simulator::{self, RunningSimulator};
+
+/// The secret key payonce gives async-stripe when it talks to its own simulator.
+const SIMULATOR_SECRET_KEY: &str = "sk_test_payonce_simulator";
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Database(#[from] OpenError),
+    #[error("could not start the built-in Stripe simulator on {addr}: {source}")]
+    Simulator {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("could not configure the Stripe client: {0}")]
+    Gateway(#[from] stripe::StripeError),
+    #[error("could not listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A server that is listening but not yet serving.
+pub struct Server {
+    listener: TcpListener,
+    state: AppState,
+    database: Database,
+    simulator: Option<RunningSimulator>,
+    event_writer: JoinHandle<()>,
+}
+
+impl Server {
+    /// Opens the database (migrating it), sets up the gateway and binds the listener.
+    pub async fn start(config: ServeConfig) -> Result<Self, StartError> {
+        let database = Database::open(&config.database).await?;
+        let (gateway, simulator) = match &config.gateway.stripe {
+            Some(stripe) => {
+                let gateway = Gateway::new(
+                    stripe.secret_key.expose(),
+                    stripe.api_base.as_deref(),
+                    config.gateway.timeout,
+                )?;
+                tracing::info!(base_url = gateway.base_url(), "charging through Stripe");
+                (gateway, None)
+            }
+            None => {
+                let addr = config.gateway.simulator_addr;
+                let sim = simulator::start(addr)
+                    .await
+                    .map_err(|source| StartError::Simulator { addr, source })?;
+                let gateway = Gateway::new(
+                    SIMULATOR_SECRET_KEY,
+                    Some(&sim.base_url()),
+                    config.gateway.timeout,
+                )?;
+                tracing::info!(
+                    base_url = %sim.base_url(),
+                    "no STRIPE_SECRET_KEY set: charging through the built-in Stripe simulator \
+                     (ledger at {}_sim/charges, faults at {}_sim/faults)",
+                    sim.base_url(),
+                    sim.base_url()
+                );
+                (gateway, Some(sim))
+            }
+        };
+        let (events, event_writer) = EventLog::spawn(database.pool.clone());
+        let engine = Engine::new(database.pool.clone(), config.engine, events);
+        let state = AppState {
+            engine,
+            gateway,
+            owner: Arc::from(owner_name("http")),
+        };
+        let addr = config.addr;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Listen { addr, source })?;
+        Ok(Self {
+            listener,
+            state,
+            database,
+            simulator,
+            event_writer,
+        })
+    }
+
+    /// Where the API listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// The built-in simulator's base URL, when it runs.
+    pub fn simulator_url(&self) -> Option<String> {
+        self.simulator.as_ref().map(RunningSimulator::base_url)
+    }
+
+    /// Serves until `shutdown` resolves, lets in-flight requests finish, then stops everything
+    /// this server started.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let Self {
+            listener,
+            state,
+            database,
+            simulator,
+            event_writer,
+        } = self;
+        tracing::info!(addr = %listener.local_addr()?, "payonce is listening");
+        let served = axum::serve(listener, http::router(state))
+            .with_graceful_shutdown(shutdown)
+            .await;
+        // The router (and with it the last handle on the event log) is gone: the writer flushes
+        // what it holds and ends.
+        let _ = event_writer.await;
+        if let Some(sim) = simulator {
+            sim.shutdown().await;
+        }
+        database.close().await;
+        tracing::info!("payonce stopped");
+        served
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}

@@ -1,0 +1,10 @@
+//! Integration tests: the real HTTP server, a real PostgreSQL, the real simulator.
+//!
+//! One test binary (one link step); one module per area of the contract.
+
+mod concurrency;
+mod contract;
+mod helpers;
+mod keys;
+mod recovery;
+mod scoping;
