@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig};
+use crate::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig, owner_name};
 use crate::db::Database;
-use crate::idempotency::EngineSettings;
+use crate::gateway::Gateway;
+use crate::idempotency::{Engine, EngineSettings, EventLog};
 use crate::server::{Server, shutdown_signal};
+use crate::sweeper::{Sweeper, SweeperSettings};
 use crate::telemetry::{self, LogFormat};
 use crate::{customers, simulator};
 
@@ -22,13 +24,7 @@ type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 #[command(name = "payonce", version, about, long_about = None)]
 struct Cli {
     /// Log line format (logs go to stderr).
-    #[arg(
-        long,
-        env = "PAYONCE_LOG_FORMAT",
-        value_enum,
-        default_value = "pretty",
-        global = true
-    )]
+    #[arg(long, env = "PAYONCE_LOG_FORMAT", value_enum, default_value = "pretty", global = true)]
     log_format: LogFormat,
 
     #[command(subcommand)]
@@ -37,8 +33,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Apply migrations and serve the HTTP API until SIGINT/SIGTERM.
+    /// Apply migrations and serve the HTTP API (with a sweeper inside) until SIGINT/SIGTERM.
     Serve(ServeArgs),
+    /// Run the sweeper on its own: complete abandoned keys, give up hopeless ones, reap expired ones.
+    Sweep(SweepArgs),
     /// Apply the database migrations and exit.
     Migrate(DatabaseArgs),
     /// Manage API customers.
@@ -82,9 +80,44 @@ struct ServeArgs {
     #[arg(long, env = "PAYONCE_ADDR", default_value = "127.0.0.1:3000")]
     addr: SocketAddr,
 
+    /// Address of the built-in simulator, started when no STRIPE_SECRET_KEY is set (port 0: any).
+    #[arg(long, env = "PAYONCE_SIM_ADDR", default_value = "127.0.0.1:0")]
+    sim_addr: SocketAddr,
+
     #[command(flatten)]
     database: DatabaseArgs,
 
+    #[command(flatten)]
+    engine: EngineArgs,
+
+    #[command(flatten)]
+    gateway: GatewayArgs,
+
+    #[command(flatten)]
+    sweeper: SweeperArgs,
+}
+
+#[derive(Debug, Args)]
+struct SweepArgs {
+    /// Make one pass and exit (prints what it did).
+    #[arg(long)]
+    once: bool,
+
+    #[command(flatten)]
+    database: DatabaseArgs,
+
+    #[command(flatten)]
+    engine: EngineArgs,
+
+    #[command(flatten)]
+    gateway: GatewayArgs,
+
+    #[command(flatten)]
+    sweeper: SweeperArgs,
+}
+
+#[derive(Debug, Args)]
+struct EngineArgs {
     /// Lease length: how long a worker keeps a key without a heartbeat before others may take it.
     #[arg(long, env = "PAYONCE_LEASE_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     lease_secs: u64,
@@ -92,22 +125,43 @@ struct ServeArgs {
     /// How long completed keys are kept and replayed.
     #[arg(long, env = "PAYONCE_KEY_TTL_SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
     key_ttl_secs: u64,
+}
 
+#[derive(Debug, Args)]
+struct GatewayArgs {
     /// Deadline of one gateway call.
     #[arg(long, env = "PAYONCE_GATEWAY_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     gateway_timeout_secs: u64,
 
-    /// Stripe secret key. When unset, payonce starts its built-in Stripe simulator.
+    /// Stripe secret key. When unset, `serve` starts its built-in Stripe simulator.
     #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
     stripe_secret_key: Option<String>,
 
     /// Base URL of the Stripe API (e.g. an external `payonce stripe-sim`).
     #[arg(long, env = "STRIPE_API_BASE")]
     stripe_api_base: Option<String>,
+}
 
-    /// Address of the built-in simulator (port 0: any free port).
-    #[arg(long, env = "PAYONCE_SIM_ADDR", default_value = "127.0.0.1:0")]
-    sim_addr: SocketAddr,
+#[derive(Debug, Args)]
+struct SweeperArgs {
+    /// Time between two sweeper passes.
+    #[arg(long, env = "PAYONCE_SWEEP_INTERVAL_SECS", default_value_t = 5.0, value_parser = positive_secs)]
+    sweep_interval_secs: f64,
+
+    /// Gateway attempts per key before the sweeper gives it up as `failed`.
+    #[arg(long, env = "PAYONCE_MAX_ATTEMPTS", default_value_t = 12, value_parser = clap::value_parser!(i32).range(1..=1000))]
+    max_attempts: i32,
+
+    /// How long key events are kept.
+    #[arg(long, env = "PAYONCE_EVENT_RETENTION_SECS", default_value_t = 604_800, value_parser = clap::value_parser!(u64).range(1..))]
+    event_retention_secs: u64,
+}
+
+fn positive_secs(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Ok(secs),
+        _ => Err(format!("{value:?} is not a positive number of seconds")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -120,13 +174,39 @@ struct SimulatorArgs {
 impl DatabaseArgs {
     fn config(&self) -> DatabaseConfig {
         DatabaseConfig {
-            url: self
-                .database_url
-                .clone()
-                .filter(|url| !url.is_empty())
-                .map(Secret::new),
+            url: self.database_url.clone().filter(|url| !url.is_empty()).map(Secret::new),
             local_dir: self.data_dir.clone(),
             pool_size: self.db_pool_size,
+        }
+    }
+}
+
+impl EngineArgs {
+    fn settings(&self) -> EngineSettings {
+        EngineSettings { lease: Duration::from_secs(self.lease_secs), key_ttl: Duration::from_secs(self.key_ttl_secs) }
+    }
+}
+
+impl GatewayArgs {
+    fn stripe(&self) -> Option<StripeConfig> {
+        self.stripe_secret_key.clone().filter(|key| !key.is_empty()).map(|key| StripeConfig {
+            secret_key: Secret::new(key),
+            api_base: self.stripe_api_base.clone().filter(|url| !url.is_empty()),
+        })
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(self.gateway_timeout_secs)
+    }
+}
+
+impl SweeperArgs {
+    fn settings(&self) -> SweeperSettings {
+        SweeperSettings {
+            interval: Duration::from_secs_f64(self.sweep_interval_secs),
+            max_attempts: self.max_attempts,
+            event_retention: Duration::from_secs(self.event_retention_secs),
+            ..SweeperSettings::default()
         }
     }
 }
@@ -136,22 +216,13 @@ impl ServeArgs {
         ServeConfig {
             addr: self.addr,
             database: self.database.config(),
-            engine: EngineSettings {
-                lease: Duration::from_secs(self.lease_secs),
-                key_ttl: Duration::from_secs(self.key_ttl_secs),
-            },
+            engine: self.engine.settings(),
             gateway: GatewayConfig {
-                stripe: self
-                    .stripe_secret_key
-                    .clone()
-                    .filter(|key| !key.is_empty())
-                    .map(|key| StripeConfig {
-                        secret_key: Secret::new(key),
-                        api_base: self.stripe_api_base.clone().filter(|url| !url.is_empty()),
-                    }),
+                stripe: self.gateway.stripe(),
                 simulator_addr: self.sim_addr,
-                timeout: Duration::from_secs(self.gateway_timeout_secs),
+                timeout: self.gateway.timeout(),
             },
+            sweeper: self.sweeper.settings(),
         }
     }
 }
@@ -160,10 +231,7 @@ impl ServeArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("payonce: could not start the async runtime: {err}");
@@ -186,17 +254,13 @@ async fn run(command: Command) -> CliResult {
             let server = Server::start(args.config()).await?;
             server.run(shutdown_signal()).await?;
         }
+        Command::Sweep(args) => sweep(args).await?,
         Command::Migrate(args) => {
             let database = Database::open(&args.config()).await?;
-            tracing::info!(
-                migrations = crate::db::MIGRATOR.iter().count(),
-                "database is up to date"
-            );
+            tracing::info!(migrations = crate::db::MIGRATOR.iter().count(), "database is up to date");
             database.close().await;
         }
-        Command::Customers {
-            command: CustomersCommand::Create { name, database },
-        } => {
+        Command::Customers { command: CustomersCommand::Create { name, database } } => {
             let database = Database::open(&database.config()).await?;
             let created = customers::create(&database.pool, &name).await;
             database.close().await;
@@ -210,5 +274,29 @@ async fn run(command: Command) -> CliResult {
             simulator::serve(listener, simulator::Simulator::new(), shutdown_signal()).await?;
         }
     }
+    Ok(())
+}
+
+/// `payonce sweep`: the sweeper without the HTTP API.
+async fn sweep(args: SweepArgs) -> CliResult {
+    // A sweeper with a private simulator would charge a ledger nobody else sees: the standalone
+    // sweeper must use the servers' gateway.
+    let stripe = args.gateway.stripe().ok_or(
+        "the sweeper charges through the same gateway as the servers: set STRIPE_SECRET_KEY \
+         (and STRIPE_API_BASE to point at a `payonce stripe-sim`)",
+    )?;
+    let gateway = Gateway::new(stripe.secret_key.expose(), stripe.api_base.as_deref(), args.gateway.timeout())?;
+    let database = Database::open(&args.database.config()).await?;
+    let (events, event_writer) = EventLog::spawn(database.pool.clone());
+    let engine = Engine::new(database.pool.clone(), args.engine.settings(), events);
+    let sweeper = Sweeper::new(engine, gateway, args.sweeper.settings(), owner_name("sweeper"));
+    if args.once {
+        let report = sweeper.sweep().await;
+        eprintln!("{report:?}");
+    } else {
+        sweeper.run(shutdown_signal()).await;
+    }
+    let _ = event_writer.await;
+    database.close().await;
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::idempotency::EngineSettings;
+use crate::sweeper::SweeperSettings;
 
 /// Everything `payonce serve` needs.
 #[derive(Debug, Clone)]
@@ -15,6 +16,7 @@ pub struct ServeConfig {
     pub database: DatabaseConfig,
     pub engine: EngineSettings,
     pub gateway: GatewayConfig,
+    pub sweeper: SweeperSettings,
 }
 
 /// Where the data lives.

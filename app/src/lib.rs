@@ -7,24 +7,29 @@
 //! # Layout
 //!
 //! ```text
-//! cli            the `payonce` command line: serve, migrate, customers, stripe-sim
+//! cli            the `payonce` command line: serve, sweep, migrate, customers, stripe-sim
 //! config         runtime configuration resolved from flags and environment
+//! server         `payonce serve`: startup and orderly shutdown of everything below
 //! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
+//! metrics        Prometheus counters and histograms (`GET /metrics`)
 //! db             the connection pool, migrations, and the zero-config local PostgreSQL
 //! customers      API customers and their keys (hashed, compared in constant time)
-//! idempotency    the engine: key parsing, fingerprints, the atomic claim, the lease,
-//!                stored responses and the event log
+//! idempotency    the engine, independent of what a request does:
 //!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)
 //!   fingerprint  canonical JSON and the SHA-256 request fingerprint
 //!   claim        INSERT … ON CONFLICT DO NOTHING, and the decision taken on conflict
-//!   lease        the fencing token, heartbeats, fenced phase transitions, release
+//!   lease        the fencing token, the heartbeat, releasing a key
+//!   recovery     taking over abandoned keys and reaping expired ones (FOR UPDATE SKIP LOCKED)
+//!   response     the stored response, replayed byte for byte
 //!   events       the append-only `idempotency_events` log
 //! payments       the payment resource and its recovery points (started → payment_created →
-//!                charged → finished): one short transaction each, the gateway call between
+//!                finished): one short statement each, the gateway call between them
 //! gateway        Stripe through async-stripe, with a deterministic downstream idempotency key
+//! sweeper        the background worker: completes abandoned keys, gives up hopeless ones,
+//!                deletes expired ones
 //! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
 //! http           the axum application: routes, extractors, RFC 9457 problem responses
-//! server         `payonce serve`: startup and orderly shutdown of all the above
+//! failpoint      named crash points for the crash tests (`PAYONCE_FAILPOINT`)
 //! ```
 //!
 //! # Data flow of one payment
@@ -44,10 +49,13 @@ pub mod cli;
 pub mod config;
 pub mod customers;
 pub mod db;
+pub mod failpoint;
 pub mod gateway;
 pub mod http;
 pub mod idempotency;
+pub mod metrics;
 pub mod payments;
 pub mod server;
 pub mod simulator;
+pub mod sweeper;
 pub mod telemetry;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{ServeConfig, owner_name};
@@ -14,6 +15,7 @@ use crate::gateway::Gateway;
 use crate::http::{self, AppState};
 use crate::idempotency::{Engine, EventLog};
 use crate::simulator::{self, RunningSimulator};
+use crate::sweeper::{Sweeper, SweeperSettings};
 
 /// The secret key payonce gives async-stripe when it talks to its own simulator.
 const SIMULATOR_SECRET_KEY: &str = "sk_test_payonce_simulator";
@@ -24,23 +26,18 @@ pub enum StartError {
     #[error(transparent)]
     Database(#[from] OpenError),
     #[error("could not start the built-in Stripe simulator on {addr}: {source}")]
-    Simulator {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Simulator { addr: SocketAddr, source: std::io::Error },
     #[error("could not configure the Stripe client: {0}")]
     Gateway(#[from] stripe::StripeError),
     #[error("could not listen on {addr}: {source}")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Listen { addr: SocketAddr, source: std::io::Error },
 }
 
 /// A server that is listening but not yet serving.
 pub struct Server {
     listener: TcpListener,
     state: AppState,
+    sweeper: SweeperSettings,
     database: Database,
     simulator: Option<RunningSimulator>,
     event_writer: JoinHandle<()>,
@@ -52,24 +49,15 @@ impl Server {
         let database = Database::open(&config.database).await?;
         let (gateway, simulator) = match &config.gateway.stripe {
             Some(stripe) => {
-                let gateway = Gateway::new(
-                    stripe.secret_key.expose(),
-                    stripe.api_base.as_deref(),
-                    config.gateway.timeout,
-                )?;
+                let gateway =
+                    Gateway::new(stripe.secret_key.expose(), stripe.api_base.as_deref(), config.gateway.timeout)?;
                 tracing::info!(base_url = gateway.base_url(), "charging through Stripe");
                 (gateway, None)
             }
             None => {
                 let addr = config.gateway.simulator_addr;
-                let sim = simulator::start(addr)
-                    .await
-                    .map_err(|source| StartError::Simulator { addr, source })?;
-                let gateway = Gateway::new(
-                    SIMULATOR_SECRET_KEY,
-                    Some(&sim.base_url()),
-                    config.gateway.timeout,
-                )?;
+                let sim = simulator::start(addr).await.map_err(|source| StartError::Simulator { addr, source })?;
+                let gateway = Gateway::new(SIMULATOR_SECRET_KEY, Some(&sim.base_url()), config.gateway.timeout)?;
                 tracing::info!(
                     base_url = %sim.base_url(),
                     "no STRIPE_SECRET_KEY set: charging through the built-in Stripe simulator \
@@ -82,29 +70,15 @@ impl Server {
         };
         let (events, event_writer) = EventLog::spawn(database.pool.clone());
         let engine = Engine::new(database.pool.clone(), config.engine, events);
-        let state = AppState {
-            engine,
-            gateway,
-            owner: Arc::from(owner_name("http")),
-        };
+        let state = AppState { engine, gateway, owner: Arc::from(owner_name("http")), metrics: crate::metrics::install() };
         let addr = config.addr;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::Listen { addr, source })?;
-        Ok(Self {
-            listener,
-            state,
-            database,
-            simulator,
-            event_writer,
-        })
+        let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
+        Ok(Self { listener, state, sweeper: config.sweeper, database, simulator, event_writer })
     }
 
     /// Where the API listens.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.listener.local_addr().expect("a bound listener has an address")
     }
 
     /// The built-in simulator's base URL, when it runs.
@@ -112,25 +86,23 @@ impl Server {
         self.simulator.as_ref().map(RunningSimulator::base_url)
     }
 
-    /// Serves until `shutdown` resolves, lets in-flight requests finish, then stops everything
-    /// this server started.
-    pub async fn run(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let Self {
-            listener,
-            state,
-            database,
-            simulator,
-            event_writer,
-        } = self;
+    /// Serves (and sweeps) until `shutdown` resolves, lets in-flight requests and the current
+    /// sweep finish, then stops everything this server started.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let Self { listener, state, sweeper, database, simulator, event_writer } = self;
+        let (stop, stopping) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        });
+        let sweeper = Sweeper::new(state.engine.clone(), state.gateway.clone(), sweeper, owner_name("sweeper"));
+        let sweeper = tokio::spawn(sweeper.run(stopped(stopping.clone())));
+
         tracing::info!(addr = %listener.local_addr()?, "payonce is listening");
-        let served = axum::serve(listener, http::router(state))
-            .with_graceful_shutdown(shutdown)
-            .await;
-        // The router (and with it the last handle on the event log) is gone: the writer flushes
-        // what it holds and ends.
+        let served = axum::serve(listener, http::router(state)).with_graceful_shutdown(stopped(stopping)).await;
+        let _ = sweeper.await;
+        // The router and the sweeper (and with them the last handles on the event log) are gone:
+        // the writer flushes what it holds and ends.
         let _ = event_writer.await;
         if let Some(sim) = simulator {
             sim.shutdown().await;
@@ -139,6 +111,11 @@ impl Server {
         tracing::info!("payonce stopped");
         served
     }
+}
+
+/// Resolves once `stopping` turns true.
+async fn stopped(mut stopping: watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stop| *stop).await;
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

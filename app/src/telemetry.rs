@@ -17,17 +17,10 @@ const DEFAULT_FILTER: &str = "info,sqlx=warn";
 
 /// Installs the global subscriber. Safe to call more than once (later calls do nothing).
 pub fn init(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Pretty => builder.try_init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .try_init(),
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(false).try_init(),
     };
 }

@@ -24,9 +24,7 @@ impl ApiKey {
         let mut secret = [0u8; SECRET_BYTES];
         getrandom::fill(&mut lookup)?;
         getrandom::fill(&mut secret)?;
-        Ok(Self {
-            text: format!("{PREFIX}{}_{}", hex::encode(lookup), hex::encode(secret)),
-        })
+        Ok(Self { text: format!("{PREFIX}{}_{}", hex::encode(lookup), hex::encode(secret)) })
     }
 
     /// The key as the client will send it.
@@ -56,8 +54,7 @@ impl std::fmt::Debug for ApiKey {
 pub fn lookup_of(presented: &str) -> Option<&str> {
     let rest = presented.strip_prefix(PREFIX)?;
     let (lookup, secret) = rest.split_once('_')?;
-    let hex_of =
-        |s: &str, bytes: usize| s.len() == bytes * 2 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let hex_of = |s: &str, bytes: usize| s.len() == bytes * 2 && s.bytes().all(|b| b.is_ascii_hexdigit());
     (hex_of(lookup, LOOKUP_BYTES) && hex_of(secret, SECRET_BYTES)).then_some(lookup)
 }
 
@@ -91,14 +88,7 @@ mod tests {
     /// Anything not shaped like a key has no lookup part.
     #[test]
     fn malformed_keys() {
-        for bad in [
-            "",
-            "po_",
-            "po_abc_def",
-            "sk_test_123",
-            "po_0123456789abcdef",
-            "po_0123456789abcdeg_00",
-        ] {
+        for bad in ["", "po_", "po_abc_def", "sk_test_123", "po_0123456789abcdef", "po_0123456789abcdeg_00"] {
             assert_eq!(lookup_of(bad), None, "{bad}");
         }
     }

@@ -53,13 +53,7 @@ pub async fn create(pool: &PgPool, name: &str) -> Result<(Customer, ApiKey), Cre
     )
     .execute(pool)
     .await?;
-    Ok((
-        Customer {
-            id,
-            name: name.to_owned(),
-        },
-        key,
-    ))
+    Ok((Customer { id, name: name.to_owned() }, key))
 }
 
 /// The customer whose API key was presented, if any.
@@ -67,16 +61,10 @@ pub async fn authenticate(pool: &PgPool, presented: &str) -> sqlx::Result<Option
     let Some(lookup) = api_key::lookup_of(presented) else {
         return Ok(None);
     };
-    let row = sqlx::query!(
-        "select id, name, api_key_sha256 from customers where api_key_lookup = $1",
-        lookup
-    )
-    .fetch_optional(pool)
-    .await?;
+    let row = sqlx::query!("select id, name, api_key_sha256 from customers where api_key_lookup = $1", lookup)
+        .fetch_optional(pool)
+        .await?;
     Ok(row
         .filter(|row| api_key::matches(presented, &row.api_key_sha256))
-        .map(|row| Customer {
-            id: row.id,
-            name: row.name,
-        }))
+        .map(|row| Customer { id: row.id, name: row.name }))
 }

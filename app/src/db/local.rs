@@ -161,30 +161,16 @@ impl LocalPostgres {
         let data_dir = self.data_dir;
         blocking(move || {
             if !data_dir.join("postmaster.pid").exists() {
-                tracing::info!(
-                    "the local PostgreSQL in {} had already stopped",
-                    data_dir.display()
-                );
+                tracing::info!("the local PostgreSQL in {} had already stopped", data_dir.display());
                 return Ok(());
             }
             let mut command = server.command("pg_ctl");
-            command.arg("stop").arg("-D").arg(&data_dir).args([
-                "-m",
-                "fast",
-                "-w",
-                "-t",
-                PG_CTL_WAIT_SECS,
-            ]);
+            command.arg("stop").arg("-D").arg(&data_dir).args(["-m", "fast", "-w", "-t", PG_CTL_WAIT_SECS]);
             let output = server.run(&mut command)?;
             if output.status.success() {
                 Ok(())
             } else {
-                Err(server.failed(
-                    "stopping the local PostgreSQL",
-                    &command,
-                    &output,
-                    &data_dir,
-                ))
+                Err(server.failed("stopping the local PostgreSQL", &command, &output, &data_dir))
             }
         })
         .await
@@ -255,11 +241,7 @@ pub enum LocalPostgresError {
 
     /// A file system operation failed.
     #[error("could not {action} {path}: {error}", path = path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        error: io::Error,
-    },
+    Io { action: &'static str, path: PathBuf, error: io::Error },
 
     /// `initdb` or `pg_ctl` failed.
     #[error("{action} failed: {command} {outcome}{log}", log = log_hint(log.as_deref()))]
@@ -279,11 +261,7 @@ pub enum LocalPostgresError {
          the server log is {log}",
         log = log.display()
     )]
-    NotReady {
-        port: u16,
-        reason: String,
-        log: PathBuf,
-    },
+    NotReady { port: u16, reason: String, log: PathBuf },
 
     /// The runtime shut down while a blocking step was running.
     #[error("the async runtime shut down while the local PostgreSQL was being prepared")]
@@ -291,16 +269,10 @@ pub enum LocalPostgresError {
 }
 
 /// `start`, with the places searched for binaries given (the tests point it at nothing).
-async fn start_with(
-    dir: &Path,
-    places: &SearchPlaces,
-) -> Result<LocalPostgres, LocalPostgresError> {
+async fn start_with(dir: &Path, places: &SearchPlaces) -> Result<LocalPostgres, LocalPostgresError> {
     let data_dir = std::path::absolute(dir).map_err(|e| io_error("resolve", dir, e))?;
     if data_dir.file_name().is_none() {
-        let error = io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "it does not end in a folder name",
-        );
+        let error = io::Error::new(io::ErrorKind::InvalidInput, "it does not end in a folder name");
         return Err(io_error("use as a data directory", dir, error));
     }
     let _lock = lock_beside(&data_dir).await?;
@@ -316,21 +288,14 @@ async fn start_with(
     };
     if let Some(port) = running_server(pid_file.as_deref(), &data_dir).await {
         tracing::info!("reusing the local PostgreSQL on port {port}");
-        return Ok(LocalPostgres {
-            data_dir,
-            port,
-            started: None,
-        });
+        return Ok(LocalPostgres { data_dir, port, started: None });
     }
 
     let (server, version) = {
         let (data_dir, places) = (data_dir.clone(), places.clone());
         blocking(move || prepare(&data_dir, &places)).await?
     };
-    tracing::info!(
-        "starting a local PostgreSQL {version} in {} (no DATABASE_URL set)",
-        dir.display()
-    );
+    tracing::info!("starting a local PostgreSQL {version} in {} (no DATABASE_URL set)", dir.display());
     let port = {
         let (data_dir, server) = (data_dir.clone(), server.clone());
         blocking(move || {
@@ -346,11 +311,7 @@ async fn start_with(
     };
     wait_until_ready(port, &data_dir).await?;
     tracing::info!("the local PostgreSQL is ready on port {port}");
-    Ok(LocalPostgres {
-        data_dir,
-        port,
-        started: Some(server),
-    })
+    Ok(LocalPostgres { data_dir, port, started: Some(server) })
 }
 
 /// PostgreSQL's programs for one cluster, and the account they run as.
@@ -388,19 +349,11 @@ impl Server {
     /// Runs `command` to completion and captures its output. The server that `pg_ctl start` leaves
     /// behind writes to its log file, not to these pipes, so this returns when `pg_ctl` does.
     fn run(&self, command: &mut Command) -> Result<Output, LocalPostgresError> {
-        command
-            .output()
-            .map_err(|e| io_error("run", Path::new(command.get_program()), e))
+        command.output().map_err(|e| io_error("run", Path::new(command.get_program()), e))
     }
 
     /// The error for a `command` that exited unsuccessfully.
-    fn failed(
-        &self,
-        action: &'static str,
-        command: &Command,
-        output: &Output,
-        data_dir: &Path,
-    ) -> LocalPostgresError {
+    fn failed(&self, action: &'static str, command: &Command, output: &Output, data_dir: &Path) -> LocalPostgresError {
         LocalPostgresError::Command {
             action,
             command: self.describe(command),
@@ -475,10 +428,7 @@ struct SearchPlaces {
 impl SearchPlaces {
     /// `PATH` and the usual install locations.
     fn system() -> Self {
-        SearchPlaces {
-            path: std::env::var_os("PATH"),
-            patterns: SEARCH_PLACES.iter().map(PathBuf::from).collect(),
-        }
+        SearchPlaces { path: std::env::var_os("PATH"), patterns: SEARCH_PLACES.iter().map(PathBuf::from).collect() }
     }
 }
 
@@ -494,9 +444,7 @@ fn find_bin_dirs(places: &SearchPlaces) -> Result<Vec<PathBuf>, LocalPostgresErr
         }
     }
     if dirs.is_empty() {
-        return Err(LocalPostgresError::NotInstalled {
-            searched: places.patterns.clone(),
-        });
+        return Err(LocalPostgresError::NotInstalled { searched: places.patterns.clone() });
     }
     Ok(dirs)
 }
@@ -532,20 +480,14 @@ fn expand(pattern: &Path) -> Vec<PathBuf> {
 
 /// The numbers in a version string, for ordering: "9.6" → [9, 6], "16" → [16], "latest" → [].
 fn version_key(version: &str) -> Vec<u64> {
-    version
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|number| number.parse().ok())
-        .collect()
+    version.split(|c: char| !c.is_ascii_digit()).filter_map(|number| number.parse().ok()).collect()
 }
 
 /// The major version of the binaries in `bin_dir`, as `PG_VERSION` spells it ("15", or "9.6" for
 /// the old numbering), from `pg_ctl --version` ("pg_ctl (PostgreSQL) 15.14 (Debian …)").
 fn major_version(bin_dir: &Path) -> Result<String, LocalPostgresError> {
     // `--version` works as root too: pg_ctl answers it before refusing root.
-    let server = Server {
-        bin_dir: bin_dir.to_path_buf(),
-        account: None,
-    };
+    let server = Server { bin_dir: bin_dir.to_path_buf(), account: None };
     let mut command = server.command("pg_ctl");
     command.arg("--version");
     let output = server.run(&mut command)?;
@@ -578,15 +520,9 @@ fn server_account(data_dir: &Path) -> Result<Option<Account>, LocalPostgresError
     {
         let name = lookup_account(&meta.uid().to_string())
             .map_or_else(|| format!("uid {}", meta.uid()), |account| account.name);
-        return Ok(Some(Account {
-            name,
-            uid: meta.uid(),
-            gid: meta.gid(),
-        }));
+        return Ok(Some(Account { name, uid: meta.uid(), gid: meta.gid() }));
     }
-    lookup_account(SYSTEM_USER)
-        .map(Some)
-        .ok_or(LocalPostgresError::NoUnprivilegedUser)
+    lookup_account(SYSTEM_USER).map(Some).ok_or(LocalPostgresError::NoUnprivilegedUser)
 }
 
 /// Our effective user id: the owner of `/proc/self` on Linux, else what `id -u` says.
@@ -594,11 +530,7 @@ fn effective_uid() -> Option<u32> {
     if let Ok(meta) = fs::metadata("/proc/self") {
         return Some(meta.uid());
     }
-    let output = Command::new("id")
-        .arg("-u")
-        .stdin(Stdio::null())
-        .output()
-        .ok()?;
+    let output = Command::new("id").arg("-u").stdin(Stdio::null()).output().ok()?;
     String::from_utf8_lossy(&output.stdout).trim().parse().ok()
 }
 
@@ -624,11 +556,7 @@ fn lookup_account(key: &str) -> Option<Account> {
         if name != key && uid != key {
             return None;
         }
-        Some(Account {
-            name: name.to_owned(),
-            uid: uid.parse().ok()?,
-            gid: gid.parse().ok()?,
-        })
+        Some(Account { name: name.to_owned(), uid: uid.parse().ok()?, gid: gid.parse().ok()? })
     })
 }
 
@@ -669,14 +597,9 @@ fn init_cluster(server: &Server, data_dir: &Path) -> Result<(), LocalPostgresErr
         Err(e) => return Err(io_error("read", data_dir, e)),
     };
     if in_the_way {
-        return Err(LocalPostgresError::NotACluster {
-            dir: data_dir.to_path_buf(),
-        });
+        return Err(LocalPostgresError::NotACluster { dir: data_dir.to_path_buf() });
     }
-    tracing::info!(
-        "creating a new PostgreSQL cluster in {}",
-        data_dir.display()
-    );
+    tracing::info!("creating a new PostgreSQL cluster in {}", data_dir.display());
     let temp = sibling(data_dir, ".initdb-tmp");
     // A leftover from an interrupted run: we hold the lock, so no one is using it.
     match fs::remove_dir_all(&temp) {
@@ -752,11 +675,7 @@ fn start_server(server: &Server, data_dir: &Path) -> Result<u16, LocalPostgresEr
         let port_taken = logged.contains("Address already in use");
         let previous_still_exiting = logged.contains("lock file \"postmaster.pid\" already exists");
         if attempt < START_ATTEMPTS && (port_taken || previous_still_exiting) {
-            tracing::debug!(
-                port,
-                attempt,
-                "the local PostgreSQL did not start; trying again"
-            );
+            tracing::debug!(port, attempt, "the local PostgreSQL did not start; trying again");
             std::thread::sleep(Duration::from_millis(200) * attempt);
             attempt += 1;
             continue;
@@ -815,32 +734,21 @@ async fn running_server(pid_file: Option<&str>, data_dir: &Path) -> Option<u16> 
 /// orphaned backends hold the old shared memory (it finds that by the data directory's inode, not
 /// through this file). Linux only (`/proc`); elsewhere PostgreSQL's check decides alone.
 fn remove_if_left_by_a_zombie(data_dir: &Path, pid_file: &str) -> Result<(), LocalPostgresError> {
-    let Some(pid) = pid_file
-        .lines()
-        .next()
-        .and_then(|line| line.trim().parse::<u32>().ok())
-    else {
+    let Some(pid) = pid_file.lines().next().and_then(|line| line.trim().parse::<u32>().ok()) else {
         return Ok(());
     };
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return Ok(());
     };
     // "1234 (postgres) Z 1 …": the state follows the command name, which may contain ") ".
-    let zombie = stat
-        .rsplit_once(')')
-        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+    let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
     if !zombie {
         return Ok(());
     }
-    tracing::debug!(
-        pid,
-        "postmaster.pid names a dead, unreaped postmaster; removing it"
-    );
+    tracing::debug!(pid, "postmaster.pid names a dead, unreaped postmaster; removing it");
     let path = data_dir.join("postmaster.pid");
     match fs::remove_file(&path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => {
-            Err(io_error("remove the stale", &path, e))
-        }
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error("remove the stale", &path, e)),
         _ => Ok(()),
     }
 }
@@ -855,11 +763,7 @@ async fn wait_until_ready(port: u16, data_dir: &Path) -> Result<(), LocalPostgre
             Err(_) => format!("no answer within {PROBE_TIMEOUT:?}"),
         };
         if Instant::now() >= deadline {
-            return Err(LocalPostgresError::NotReady {
-                port,
-                reason,
-                log: data_dir.join("server.log"),
-            });
+            return Err(LocalPostgresError::NotReady { port, reason, log: data_dir.join("server.log") });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -877,10 +781,9 @@ async fn served_directory(port: u16) -> Result<PathBuf, sqlx::Error> {
         .application_name("payonce local PostgreSQL check")
         .disable_statement_logging();
     let mut connection = options.connect().await?;
-    let served: String =
-        sqlx::query_scalar("select setting from pg_settings where name = 'data_directory'")
-            .fetch_one(&mut connection)
-            .await?;
+    let served: String = sqlx::query_scalar("select setting from pg_settings where name = 'data_directory'")
+        .fetch_one(&mut connection)
+        .await?;
     connection.close().await?;
     Ok(PathBuf::from(served))
 }
@@ -936,10 +839,7 @@ fn log_tail(log: &Path, from: u64) -> String {
         return String::new();
     }
     let text = String::from_utf8_lossy(&bytes);
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .collect();
+    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(8)..].join("\n")
 }
 
@@ -970,8 +870,7 @@ fn shell_word(word: &str) -> String {
 
 /// "\nthe server log is <path>", or nothing.
 fn log_hint(log: Option<&Path>) -> String {
-    log.map(|log| format!("\nthe server log is {}", log.display()))
-        .unwrap_or_default()
+    log.map(|log| format!("\nthe server log is {}", log.display())).unwrap_or_default()
 }
 
 /// "/a, /b and /c".
@@ -985,11 +884,7 @@ fn list(paths: &[PathBuf]) -> String {
 }
 
 fn io_error(action: &'static str, path: &Path, error: io::Error) -> LocalPostgresError {
-    LocalPostgresError::Io {
-        action,
-        path: path.to_path_buf(),
-        error,
-    }
+    LocalPostgresError::Io { action, path: path.to_path_buf(), error }
 }
 
 /// Runs blocking work (processes, file locks, file IO) off the async threads.
@@ -1026,10 +921,7 @@ mod tests {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |elapsed| elapsed.as_nanos());
-            let root = std::env::temp_dir().join(format!(
-                "payonce-localpg-{test}-{}-{nanos}",
-                std::process::id()
-            ));
+            let root = std::env::temp_dir().join(format!("payonce-localpg-{test}-{}-{nanos}", std::process::id()));
             fs::create_dir_all(&root).expect("create the scratch folder");
             Scratch { root }
         }
@@ -1045,10 +937,7 @@ mod tests {
             if data_dir.join("postmaster.pid").exists()
                 && let Ok(bin_dirs) = find_bin_dirs(&SearchPlaces::system())
             {
-                let server = Server {
-                    bin_dir: bin_dirs[0].clone(),
-                    account: server_account(&data_dir).ok().flatten(),
-                };
+                let server = Server { bin_dir: bin_dirs[0].clone(), account: server_account(&data_dir).ok().flatten() };
                 let _ = server
                     .command("pg_ctl")
                     .arg("stop")
@@ -1062,17 +951,12 @@ mod tests {
     }
 
     async fn connect(pg: &LocalPostgres) -> PgConnection {
-        PgConnection::connect(&pg.url("postgres"))
-            .await
-            .expect("connect to the local PostgreSQL")
+        PgConnection::connect(&pg.url("postgres")).await.expect("connect to the local PostgreSQL")
     }
 
     async fn select_one(pg: &LocalPostgres) -> i32 {
         let mut connection = connect(pg).await;
-        sqlx::query_scalar("select 1")
-            .fetch_one(&mut connection)
-            .await
-            .expect("select 1")
+        sqlx::query_scalar("select 1").fetch_one(&mut connection).await.expect("select 1")
     }
 
     fn answers(port: u16) -> bool {
@@ -1083,14 +967,9 @@ mod tests {
     #[tokio::test]
     async fn starts_a_fresh_cluster_and_stops_it() {
         let scratch = Scratch::new("fresh");
-        let pg = LocalPostgres::start(&scratch.data_dir())
-            .await
-            .expect("start");
+        let pg = LocalPostgres::start(&scratch.data_dir()).await.expect("start");
         assert!(pg.started_here());
-        assert_eq!(
-            pg.url("payonce"),
-            format!("postgres://postgres@127.0.0.1:{}/payonce", pg.port())
-        );
+        assert_eq!(pg.url("payonce"), format!("postgres://postgres@127.0.0.1:{}/payonce", pg.port()));
         assert_eq!(select_one(&pg).await, 1);
         assert!(scratch.data_dir().join("PG_VERSION").is_file());
         assert!(!sibling(&scratch.data_dir(), ".initdb-tmp").exists());
@@ -1110,17 +989,11 @@ mod tests {
         let (a, b) = tokio::join!(LocalPostgres::start(&dir), LocalPostgres::start(&dir));
         let (a, b) = (a.expect("first start"), b.expect("second start"));
         assert_eq!(a.port(), b.port());
-        assert!(
-            a.started_here() != b.started_here(),
-            "exactly one starts it"
-        );
+        assert!(a.started_here() != b.started_here(), "exactly one starts it");
 
         let (owner, guest) = if a.started_here() { (a, b) } else { (b, a) };
         let port = owner.port();
-        guest
-            .stop()
-            .await
-            .expect("stop is a no-op for a reused server");
+        guest.stop().await.expect("stop is a no-op for a reused server");
         assert_eq!(select_one(&owner).await, 1);
         owner.stop().await.expect("stop");
         assert!(!answers(port));
@@ -1130,9 +1003,7 @@ mod tests {
     #[tokio::test]
     async fn restart_keeps_the_data() {
         let scratch = Scratch::new("restart");
-        let pg = LocalPostgres::start(&scratch.data_dir())
-            .await
-            .expect("first start");
+        let pg = LocalPostgres::start(&scratch.data_dir()).await.expect("first start");
         let mut connection = connect(&pg).await;
         sqlx::raw_sql("create table kept (answer int); insert into kept values (42)")
             .execute(&mut connection)
@@ -1141,9 +1012,7 @@ mod tests {
         connection.close().await.expect("close");
         pg.stop().await.expect("stop");
 
-        let pg = LocalPostgres::start(&scratch.data_dir())
-            .await
-            .expect("second start");
+        let pg = LocalPostgres::start(&scratch.data_dir()).await.expect("second start");
         assert!(pg.started_here());
         let mut connection = connect(&pg).await;
         let answer: i32 = sqlx::query_scalar("select answer from kept")
@@ -1161,16 +1030,12 @@ mod tests {
     async fn a_stale_pid_file_does_not_block_a_start() {
         let scratch = Scratch::new("stale");
         let pid_file = scratch.data_dir().join("postmaster.pid");
-        let pg = LocalPostgres::start(&scratch.data_dir())
-            .await
-            .expect("first start");
+        let pg = LocalPostgres::start(&scratch.data_dir()).await.expect("first start");
         let stale = fs::read(&pid_file).expect("read postmaster.pid");
         pg.stop().await.expect("stop");
         fs::write(&pid_file, &stale).expect("put back a stale postmaster.pid");
 
-        let pg = LocalPostgres::start(&scratch.data_dir())
-            .await
-            .expect("start despite the stale postmaster.pid");
+        let pg = LocalPostgres::start(&scratch.data_dir()).await.expect("start despite the stale postmaster.pid");
         assert!(pg.started_here());
         assert_eq!(select_one(&pg).await, 1);
         pg.stop().await.expect("stop");
@@ -1185,9 +1050,7 @@ mod tests {
             path: Some(OsString::new()),
             patterns: vec![nowhere.clone(), scratch.root.join("empty/bin")],
         };
-        let error = start_with(&scratch.data_dir(), &places)
-            .await
-            .expect_err("there are no binaries");
+        let error = start_with(&scratch.data_dir(), &places).await.expect_err("there are no binaries");
         assert!(matches!(error, LocalPostgresError::NotInstalled { .. }));
         let message = error.to_string();
         for expected in [
@@ -1198,10 +1061,7 @@ mod tests {
             "docker compose up",
             "DATABASE_URL=postgres://",
         ] {
-            assert!(
-                message.contains(expected),
-                "{expected:?} missing in: {message}"
-            );
+            assert!(message.contains(expected), "{expected:?} missing in: {message}");
         }
     }
 
@@ -1213,14 +1073,8 @@ mod tests {
         fs::create_dir_all(&dir).expect("create the folder");
         fs::write(dir.join("notes.txt"), "mine").expect("write a file");
         let error = LocalPostgres::start(&dir).await.expect_err("not a cluster");
-        assert!(
-            matches!(error, LocalPostgresError::NotACluster { .. }),
-            "{error}"
-        );
-        assert_eq!(
-            fs::read_to_string(dir.join("notes.txt")).ok().as_deref(),
-            Some("mine")
-        );
+        assert!(matches!(error, LocalPostgresError::NotACluster { .. }), "{error}");
+        assert_eq!(fs::read_to_string(dir.join("notes.txt")).ok().as_deref(), Some("mine"));
         assert!(!sibling(&dir, ".initdb-tmp").exists());
     }
 
@@ -1236,15 +1090,10 @@ mod tests {
             }
         }
         fs::create_dir_all(scratch.root.join("lib/17/bin")).expect("an incomplete install");
-        let places = SearchPlaces {
-            path: None,
-            patterns: vec![scratch.root.join("lib/*/bin")],
-        };
+        let places = SearchPlaces { path: None, patterns: vec![scratch.root.join("lib/*/bin")] };
         let found = find_bin_dirs(&places).expect("found");
-        let versions: Vec<_> = found
-            .iter()
-            .map(|dir| dir.parent().and_then(Path::file_name).unwrap_or_default())
-            .collect();
+        let versions: Vec<_> =
+            found.iter().map(|dir| dir.parent().and_then(Path::file_name).unwrap_or_default()).collect();
         assert_eq!(versions, ["16", "15", "10", "9.6"]);
     }
 }

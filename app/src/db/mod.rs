@@ -46,15 +46,11 @@ impl Database {
             Some(url) => (url.expose().to_owned(), None),
             None => {
                 let local = LocalPostgres::start(&config.local_dir.join("postgres")).await?;
-                create_database_if_missing(&local)
-                    .await
-                    .map_err(OpenError::Connect)?;
+                create_database_if_missing(&local).await.map_err(OpenError::Connect)?;
                 (local.url(LOCAL_DATABASE), Some(local))
             }
         };
-        let pool = connect(&url, config.pool_size)
-            .await
-            .map_err(OpenError::Connect)?;
+        let pool = connect(&url, config.pool_size).await.map_err(OpenError::Connect)?;
         MIGRATOR.run(&pool).await?;
         Ok(Self { pool, local })
     }
@@ -83,20 +79,15 @@ pub async fn connect(url: &str, size: u32) -> sqlx::Result<PgPool> {
 async fn create_database_if_missing(local: &LocalPostgres) -> sqlx::Result<()> {
     use sqlx::Connection;
     let mut admin = sqlx::PgConnection::connect(&local.url("postgres")).await?;
-    let exists: bool =
-        sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
-            .bind(LOCAL_DATABASE)
-            .fetch_one(&mut admin)
-            .await?;
+    let exists: bool = sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+        .bind(LOCAL_DATABASE)
+        .fetch_one(&mut admin)
+        .await?;
     if !exists {
         // Two processes may race here; the loser's "already exists" is success too.
-        match sqlx::query(&format!("create database {LOCAL_DATABASE}"))
-            .execute(&mut admin)
-            .await
-        {
+        match sqlx::query(&format!("create database {LOCAL_DATABASE}")).execute(&mut admin).await {
             Ok(_) => {}
-            Err(sqlx::Error::Database(err))
-                if matches!(err.code().as_deref(), Some("42P04" | "23505")) => {}
+            Err(sqlx::Error::Database(err)) if matches!(err.code().as_deref(), Some("42P04" | "23505")) => {}
             Err(err) => return Err(err),
         }
     }

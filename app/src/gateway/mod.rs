@@ -12,12 +12,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use stripe::{
-    ApiErrorsType, Client, ClientBuilder, IdempotencyKey, RequestStrategy, StripeError,
-    StripeRequest,
-};
-use stripe_core::PaymentIntentStatus;
+use stripe::{ApiErrorsType, Client, ClientBuilder, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::CreatePaymentIntent;
+use stripe_core::{PaymentIntent, PaymentIntentStatus};
 use uuid::Uuid;
 
 /// How payonce reaches its gateway.
@@ -49,19 +46,10 @@ pub enum ChargeOutcome {
     /// The money moved.
     Succeeded { payment_intent: String },
     /// The card was declined (`card_error`).
-    Declined {
-        payment_intent: Option<String>,
-        code: String,
-        decline_code: Option<String>,
-        message: String,
-    },
+    Declined { payment_intent: Option<String>, code: String, decline_code: Option<String>, message: String },
     /// The gateway refused the request itself (`invalid_request_error`, e.g. an unknown
     /// PaymentMethod) or left the PaymentIntent in a state this API does not support.
-    Rejected {
-        payment_intent: Option<String>,
-        code: String,
-        message: String,
-    },
+    Rejected { payment_intent: Option<String>, code: String, message: String },
 }
 
 /// No final answer: the charge may or may not have happened. Retrying with the same downstream
@@ -73,11 +61,7 @@ pub enum GatewayError {
     #[error("the gateway could not be reached: {0}")]
     Transport(String),
     #[error("the gateway answered {status} ({kind}): {message}")]
-    Unavailable {
-        status: u16,
-        kind: String,
-        message: String,
-    },
+    Unavailable { status: u16, kind: String, message: String },
     #[error("the gateway's answer could not be read: {0}")]
     Unreadable(String),
 }
@@ -90,27 +74,16 @@ pub fn downstream_key(key_id: Uuid) -> String {
 
 impl Gateway {
     /// A gateway at `base_url` (Stripe's own when `None`). A base URL with a path must end in `/`.
-    pub fn new(
-        secret_key: &str,
-        base_url: Option<&str>,
-        timeout: Duration,
-    ) -> Result<Self, StripeError> {
-        let mut builder = ClientBuilder::new(secret_key).app_info(
-            "payonce",
-            Some(env!("CARGO_PKG_VERSION").into()),
-            None,
-        );
+    pub fn new(secret_key: &str, base_url: Option<&str>, timeout: Duration) -> Result<Self, StripeError> {
+        let mut builder =
+            ClientBuilder::new(secret_key).app_info("payonce", Some(env!("CARGO_PKG_VERSION").into()), None);
         let base_url = match base_url {
             Some(url) if url.ends_with('/') => url.to_owned(),
             Some(url) => format!("{url}/"),
             None => "https://api.stripe.com/".to_owned(),
         };
         builder = builder.url(base_url.clone());
-        Ok(Self {
-            client: builder.build()?,
-            timeout,
-            base_url,
-        })
+        Ok(Self { client: builder.build()?, timeout, base_url })
     }
 
     /// Where the calls go.
@@ -125,10 +98,7 @@ impl Gateway {
             .map_err(|err| GatewayError::Transport(format!("invalid downstream key: {err}")))?;
         let mut request = CreatePaymentIntent::new(
             charge.amount,
-            charge
-                .currency
-                .parse::<stripe_types::Currency>()
-                .unwrap_or_default(),
+            charge.currency.parse::<stripe_types::Currency>().unwrap_or_default(),
         )
         .payment_method(charge.payment_method)
         .confirm(true)
@@ -143,16 +113,28 @@ impl Gateway {
             .timeout(self.timeout)
             .send(&self.client)
             .await;
-        tracing::debug!(
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            ok = result.is_ok(),
-            "gateway call"
-        );
+        let elapsed = started.elapsed();
+        let outcome = self.interpret(result);
+        let label = match &outcome {
+            Ok(ChargeOutcome::Succeeded { .. }) => "succeeded",
+            Ok(ChargeOutcome::Declined { .. }) => "declined",
+            Ok(ChargeOutcome::Rejected { .. }) => "rejected",
+            Err(GatewayError::Timeout(_)) => "timeout",
+            Err(GatewayError::Transport(_)) => "transport",
+            Err(GatewayError::Unavailable { .. }) => "unavailable",
+            Err(GatewayError::Unreadable(_)) => "unreadable",
+        };
+        metrics::histogram!("payonce_gateway_request_duration_seconds", "outcome" => label)
+            .record(elapsed.as_secs_f64());
+        tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, outcome = label, "gateway call");
+        outcome
+    }
+
+    /// Sorts the result of a call into a final outcome or "unknown, retry".
+    fn interpret(&self, result: Result<PaymentIntent, StripeError>) -> Result<ChargeOutcome, GatewayError> {
         match result {
             Ok(intent) => Ok(match intent.status {
-                PaymentIntentStatus::Succeeded => ChargeOutcome::Succeeded {
-                    payment_intent: intent.id.to_string(),
-                },
+                PaymentIntentStatus::Succeeded => ChargeOutcome::Succeeded { payment_intent: intent.id.to_string() },
                 other => ChargeOutcome::Rejected {
                     payment_intent: Some(intent.id.to_string()),
                     code: format!("payment_intent_{}", other.as_str()),
@@ -166,15 +148,12 @@ impl Gateway {
         }
     }
 
-    /// Sorts a failed call into a final outcome or "unknown, retry".
+    /// Sorts an error answer into a final outcome or "unknown, retry".
     fn classify(&self, err: StripeError) -> Result<ChargeOutcome, GatewayError> {
         match err {
             StripeError::Stripe(api, status) => {
-                let code = api
-                    .code
-                    .as_ref()
-                    .map(|c| c.as_str().to_owned())
-                    .unwrap_or_else(|| api.type_.as_str().to_owned());
+                let code =
+                    api.code.as_ref().map(|c| c.as_str().to_owned()).unwrap_or_else(|| api.type_.as_str().to_owned());
                 let message = api.message.clone().unwrap_or_default();
                 let payment_intent = api.payment_intent.as_ref().map(|pi| pi.id.to_string());
                 match (&api.type_, status) {
@@ -188,23 +167,15 @@ impl Gateway {
                     // a bad API key (401/403), rate limiting (429) and a concurrent request with
                     // the same key (409). Those must be retried, not recorded as the outcome.
                     (ApiErrorsType::InvalidRequestError, 400 | 402 | 404) => {
-                        Ok(ChargeOutcome::Rejected {
-                            payment_intent,
-                            code,
-                            message,
-                        })
+                        Ok(ChargeOutcome::Rejected { payment_intent, code, message })
                     }
-                    (kind, status) => Err(GatewayError::Unavailable {
-                        status,
-                        kind: kind.as_str().to_owned(),
-                        message,
-                    }),
+                    (kind, status) => {
+                        Err(GatewayError::Unavailable { status, kind: kind.as_str().to_owned(), message })
+                    }
                 }
             }
             StripeError::Timeout => Err(GatewayError::Timeout(self.timeout)),
-            StripeError::ClientError(msg) | StripeError::ConfigError(msg) => {
-                Err(GatewayError::Transport(msg))
-            }
+            StripeError::ClientError(msg) | StripeError::ConfigError(msg) => Err(GatewayError::Transport(msg)),
             StripeError::JSONDeserialize(msg) => Err(GatewayError::Unreadable(msg)),
         }
     }

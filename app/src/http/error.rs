@@ -32,10 +32,7 @@ pub enum ApiError {
     #[error(transparent)]
     IdempotencyKey(#[from] KeyError),
     #[error("invalid request: {detail}")]
-    InvalidRequest {
-        detail: String,
-        errors: Vec<FieldError>,
-    },
+    InvalidRequest { detail: String, errors: Vec<FieldError> },
     #[error("the request body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
     #[error("the request body is larger than {limit} bytes")]
@@ -59,20 +56,13 @@ pub enum ApiError {
 impl ApiError {
     /// A 400 for a body that parsed but did not validate.
     pub fn invalid_fields(errors: Vec<FieldError>) -> Self {
-        let detail = errors
-            .iter()
-            .map(|e| format!("{}: {}", e.field, e.detail))
-            .collect::<Vec<_>>()
-            .join("; ");
+        let detail = errors.iter().map(|e| format!("{}: {}", e.field, e.detail)).collect::<Vec<_>>().join("; ");
         Self::InvalidRequest { detail, errors }
     }
 
     /// A 400 with a single message.
     pub fn invalid(detail: impl Into<String>) -> Self {
-        Self::InvalidRequest {
-            detail: detail.into(),
-            errors: Vec::new(),
-        }
+        Self::InvalidRequest { detail: detail.into(), errors: Vec::new() }
     }
 
     fn problem(&self) -> Problem {
@@ -175,20 +165,14 @@ impl ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
-        if is_unavailable(&err) {
-            Self::DatabaseUnavailable(err)
-        } else {
-            Self::Internal(err.to_string())
-        }
+        if is_unavailable(&err) { Self::DatabaseUnavailable(err) } else { Self::Internal(err.to_string()) }
     }
 }
 
 impl From<ClaimError> for ApiError {
     fn from(err: ClaimError) -> Self {
         match err {
-            ClaimError::RouteMismatch { .. } | ClaimError::PayloadMismatch => {
-                Self::KeyReused(err.to_string())
-            }
+            ClaimError::RouteMismatch { .. } | ClaimError::PayloadMismatch => Self::KeyReused(err.to_string()),
             ClaimError::Database(err) => err.into(),
             ClaimError::Corrupt(_) => Self::Internal(err.to_string()),
         }
@@ -199,9 +183,7 @@ impl From<ProcessError> for ApiError {
     fn from(err: ProcessError) -> Self {
         match err {
             // The caller retries the claim on LeaseLost; reaching here means it kept changing hands.
-            ProcessError::LeaseLost(_) => Self::InFlight {
-                retry_after: Duration::from_secs(1),
-            },
+            ProcessError::LeaseLost(_) => Self::InFlight { retry_after: Duration::from_secs(1) },
             ProcessError::Gateway(err) => Self::Gateway(err),
             ProcessError::Database(err) => err.into(),
             ProcessError::Corrupt { .. } => Self::Internal(err.to_string()),
@@ -220,9 +202,9 @@ fn is_unavailable(err: &sqlx::Error) -> bool {
         | sqlx::Error::Protocol(_) => true,
         // Class 08: connection exception; 57P0x: the server is shutting down or starting up;
         // class 53: insufficient resources (e.g. too many connections).
-        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || code.starts_with("57P0") || code.starts_with("53")
-        }),
+        sqlx::Error::Database(db) => {
+            db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57P0") || code.starts_with("53"))
+        }
         _ => false,
     }
 }
@@ -240,20 +222,12 @@ impl IntoResponse for ApiError {
         let status = problem.status;
         let mut response = problem.into_response();
         if let Some(retry_after) = self.retry_after() {
-            response.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(retry_after.as_secs()),
-            );
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after.as_secs()));
         }
         if matches!(self, Self::Unauthorized) {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        response.extensions_mut().insert(LoggedError {
-            status,
-            message: self.to_string(),
-        });
+        response.extensions_mut().insert(LoggedError { status, message: self.to_string() });
         response
     }
 }

@@ -24,10 +24,7 @@ pub struct Authenticated(pub Customer);
 impl FromRequestParts<AppState> for Authenticated {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let presented = parts
             .headers
             .get(AUTHORIZATION)
@@ -37,10 +34,7 @@ impl FromRequestParts<AppState> for Authenticated {
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
             })
             .ok_or(ApiError::Unauthorized)?;
-        customers::authenticate(state.engine.pool(), presented)
-            .await?
-            .map(Authenticated)
-            .ok_or(ApiError::Unauthorized)
+        customers::authenticate(state.engine.pool(), presented).await?.map(Authenticated).ok_or(ApiError::Unauthorized)
     }
 }
 
@@ -62,15 +56,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
         match axum::Json::<T>::from_request(request, state).await {
             Ok(axum::Json(value)) => Ok(Self(value)),
             Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::UnsupportedMediaType),
-            Err(JsonRejection::JsonSyntaxError(err)) => Err(ApiError::invalid(format!(
-                "the body is not valid JSON ({})",
-                err.body_text()
-            ))),
+            Err(JsonRejection::JsonSyntaxError(err)) => {
+                Err(ApiError::invalid(format!("the body is not valid JSON ({})", err.body_text())))
+            }
             // Wrong types, missing or unknown fields: serde's message names the field and the line.
             Err(JsonRejection::JsonDataError(err)) => Err(ApiError::invalid(err.body_text())),
-            Err(JsonRejection::BytesRejection(err))
-                if err.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
-            {
+            Err(JsonRejection::BytesRejection(err)) if err.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
                 Err(ApiError::PayloadTooLarge { limit: BODY_LIMIT })
             }
             Err(other) => Err(ApiError::invalid(other.body_text())),

@@ -1,9 +1,11 @@
-//! Liveness and readiness probes.
+//! Liveness and readiness probes, and the Prometheus metrics.
 
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use serde_json::{Value, json};
 
@@ -11,9 +13,7 @@ use super::AppState;
 use super::error::ApiError;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).route("/metrics", get(metrics))
 }
 
 /// The process is up and serving HTTP. Checks nothing else, so a database outage does not make
@@ -30,4 +30,9 @@ async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiE
         Ok(Err(err)) => Err(ApiError::DatabaseUnavailable(err)),
         Err(_) => Err(ApiError::DatabaseUnavailable(sqlx::Error::PoolTimedOut)),
     }
+}
+
+/// `GET /metrics`: Prometheus text format (see [`crate::metrics`]).
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
@@ -30,6 +31,8 @@ pub struct AppState {
     pub gateway: Gateway,
     /// How this server names itself as a lease owner (`http:<host>:<pid>`).
     pub owner: Arc<str>,
+    /// Renders the Prometheus metrics.
+    pub metrics: PrometheusHandle,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

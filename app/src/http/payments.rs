@@ -18,9 +18,7 @@ use crate::payments::process::{self, ProcessError};
 use crate::payments::{self, CreatePayment, PaymentId, store};
 
 pub fn router() -> Router<AppState> {
-    Router::new()
-        .route(payments::ROUTE, post(create).get(list))
-        .route("/v1/payments/{id}", get(show))
+    Router::new().route(payments::ROUTE, post(create).get(list)).route("/v1/payments/{id}", get(show))
 }
 
 /// `POST /v1/payments`.
@@ -31,8 +29,7 @@ async fn create(
     Json(body): Json<CreatePayment>,
 ) -> Result<Response, ApiError> {
     let request = body.validate().map_err(ApiError::invalid_fields)?;
-    let request =
-        serde_json::to_value(&request).map_err(|err| ApiError::Internal(err.to_string()))?;
+    let request = serde_json::to_value(&request).map_err(|err| ApiError::Internal(err.to_string()))?;
     let op = Operation::new(customer.id, key, "POST", payments::ROUTE, request);
     tracing::debug!(fingerprint = %op.fingerprint.short(), "payment request");
     // The work runs in its own task. If the client hangs up, axum drops this handler's future;
@@ -57,9 +54,7 @@ async fn submit(state: AppState, op: Operation) -> Result<Response, ApiError> {
             },
         }
     }
-    Err(ApiError::InFlight {
-        retry_after: Duration::from_secs(1),
-    })
+    Err(ApiError::InFlight { retry_after: Duration::from_secs(1) })
 }
 
 /// `GET /v1/payments/{id}`: one of the caller's payments; anyone else's is a 404.
@@ -69,9 +64,7 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = PaymentId::parse(&id).ok_or(ApiError::NotFound)?;
-    let payment = store::find(state.engine.pool(), customer.id, id)
-        .await?
-        .ok_or(ApiError::NotFound)?;
+    let payment = store::find(state.engine.pool(), customer.id, id).await?.ok_or(ApiError::NotFound)?;
     Ok(axum::Json(payment.to_json()).into_response())
 }
 
@@ -94,16 +87,12 @@ async fn list(
     }
     let starting_after = match params.starting_after.as_deref() {
         None => None,
-        Some(id) => Some(
-            PaymentId::parse(id)
-                .ok_or_else(|| ApiError::invalid("starting_after must be a payment id (pay_…)"))?,
-        ),
+        Some(id) => {
+            Some(PaymentId::parse(id).ok_or_else(|| ApiError::invalid("starting_after must be a payment id (pay_…)"))?)
+        }
     };
-    let (payments, has_more) =
-        store::list(state.engine.pool(), customer.id, limit, starting_after).await?;
+    let (payments, has_more) = store::list(state.engine.pool(), customer.id, limit, starting_after).await?;
     let data: Vec<Value> = payments.iter().map(|p| p.to_json()).collect();
-    Ok(axum::Json(
-        json!({"object": "list", "url": payments::ROUTE, "data": data, "has_more": has_more}),
-    )
-    .into_response())
+    Ok(axum::Json(json!({"object": "list", "url": payments::ROUTE, "data": data, "has_more": has_more}))
+        .into_response())
 }

@@ -42,19 +42,8 @@ fn serialize_status<S: serde::Serializer>(status: &StatusCode, s: S) -> Result<S
 
 impl Problem {
     /// A problem of kind `slug` (the last segment of its type URI).
-    pub fn new(
-        status: StatusCode,
-        slug: &str,
-        title: &'static str,
-        detail: impl Into<String>,
-    ) -> Self {
-        Self {
-            type_uri: format!("{TYPE_BASE}{slug}"),
-            title,
-            status,
-            detail: detail.into(),
-            extensions: Map::new(),
-        }
+    pub fn new(status: StatusCode, slug: &str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self { type_uri: format!("{TYPE_BASE}{slug}"), title, status, detail: detail.into(), extensions: Map::new() }
     }
 
     /// Adds an extension member.
@@ -73,12 +62,7 @@ impl Problem {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let body = self.to_json();
-        (
-            self.status,
-            [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))],
-            body,
-        )
-            .into_response()
+        (self.status, [(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE))], body).into_response()
     }
 }
 
@@ -89,13 +73,8 @@ mod tests {
     /// The wire shape has the five RFC 9457 members and flattened extensions.
     #[test]
     fn serialises_members_and_extensions() {
-        let problem = Problem::new(
-            StatusCode::CONFLICT,
-            "idempotency-key-in-use",
-            "In use",
-            "wait",
-        )
-        .with("retry_after", 3);
+        let problem =
+            Problem::new(StatusCode::CONFLICT, "idempotency-key-in-use", "In use", "wait").with("retry_after", 3);
         let json: Value = serde_json::from_slice(&problem.to_json()).unwrap();
         assert_eq!(
             json,

@@ -31,14 +31,7 @@ impl Operation {
         request: Value,
     ) -> Self {
         let fingerprint = Fingerprint::of(method, route, &request);
-        Self {
-            customer_id,
-            key,
-            method,
-            route,
-            request,
-            fingerprint,
-        }
+        Self { customer_id, key, method, route, request, fingerprint }
     }
 }
 
@@ -110,9 +103,7 @@ impl Engine {
             // Our reclaim lost to another worker's; look again at what it made of the key.
         }
         // Retrying this fast against a key that keeps changing hands: tell the client to wait.
-        Ok(Claim::InFlight {
-            retry_after: Duration::from_secs(1),
-        })
+        Ok(Claim::InFlight { retry_after: Duration::from_secs(1) })
     }
 
     /// The atomic claim. Returns the lease if this call created the key.
@@ -150,6 +141,7 @@ impl Engine {
         .fetch_optional(self.pool())
         .await?;
         Ok(row.map(|row| {
+            EventKind::Claimed.count(1);
             Lease::new(
                 self.clone(),
                 id,
@@ -183,64 +175,30 @@ impl Engine {
     }
 
     /// Scope, then fingerprint, then state. `None` means "our reclaim lost a race; look again".
-    async fn decide(
-        &self,
-        op: &Operation,
-        row: Existing,
-        owner: &str,
-    ) -> Result<Option<Claim>, ClaimError> {
+    async fn decide(&self, op: &Operation, row: Existing, owner: &str) -> Result<Option<Claim>, ClaimError> {
         // Scope. The row was found by (customer, key), so it is this customer's by construction;
         // what remains is the operation it was created for.
         if row.method != op.method || row.route != op.route {
-            self.observe(
-                op,
-                row.id,
-                EventKind::Mismatch,
-                json!({"reason": "route", "route": row.route}),
-            );
-            return Err(ClaimError::RouteMismatch {
-                method: row.method,
-                route: row.route,
-            });
+            self.observe(op, row.id, EventKind::Mismatch, json!({"reason": "route", "route": row.route}));
+            return Err(ClaimError::RouteMismatch { method: row.method, route: row.route });
         }
         if row.fingerprint.as_slice() != op.fingerprint.as_bytes() {
-            self.observe(
-                op,
-                row.id,
-                EventKind::Mismatch,
-                json!({"reason": "payload"}),
-            );
+            self.observe(op, row.id, EventKind::Mismatch, json!({"reason": "payload"}));
             return Err(ClaimError::PayloadMismatch);
         }
         match row.state.as_str() {
             "completed" | "failed" => {
-                let stored = match (
-                    row.response_status,
-                    &row.response_headers,
-                    row.response_body,
-                ) {
-                    (Some(status), Some(headers), Some(body)) => {
-                        StoredResponse::from_columns(status, headers, body)
-                    }
+                let stored = match (row.response_status, &row.response_headers, row.response_body) {
+                    (Some(status), Some(headers), Some(body)) => StoredResponse::from_columns(status, headers, body),
                     _ => None,
                 }
                 .ok_or(ClaimError::Corrupt(row.id))?;
-                self.observe(
-                    op,
-                    row.id,
-                    EventKind::Replayed,
-                    json!({"status": stored.status.as_u16()}),
-                );
+                self.observe(op, row.id, EventKind::Replayed, json!({"status": stored.status.as_u16()}));
                 Ok(Some(Claim::Completed(stored)))
             }
             "processing" if !row.lease_expired => {
                 let retry_after = retry_after(row.lease_remaining_secs);
-                self.observe(
-                    op,
-                    row.id,
-                    EventKind::Conflict,
-                    json!({"retry_after": retry_after.as_secs()}),
-                );
+                self.observe(op, row.id, EventKind::Conflict, json!({"retry_after": retry_after.as_secs()}));
                 Ok(Some(Claim::InFlight { retry_after }))
             }
             "processing" => Ok(self.reclaim(op, row, owner).await?.map(Claim::Acquired)),
@@ -250,14 +208,8 @@ impl Engine {
 
     /// Takes over a key whose lease ran out: the token grows, so whoever held it before can no
     /// longer write. Succeeds only if the row is still exactly as we saw it.
-    async fn reclaim(
-        &self,
-        op: &Operation,
-        row: Existing,
-        owner: &str,
-    ) -> Result<Option<Lease>, ClaimError> {
-        let recovery_point =
-            RecoveryPoint::parse(&row.recovery_point).ok_or(ClaimError::Corrupt(row.id))?;
+    async fn reclaim(&self, op: &Operation, row: Existing, owner: &str) -> Result<Option<Lease>, ClaimError> {
+        let recovery_point = RecoveryPoint::parse(&row.recovery_point).ok_or(ClaimError::Corrupt(row.id))?;
         let reclaimed = sqlx::query!(
             r#"
             with reclaimed as (
@@ -285,6 +237,7 @@ impl Engine {
         .fetch_optional(self.pool())
         .await?;
         Ok(reclaimed.map(|r| {
+            EventKind::Reclaimed.count(1);
             tracing::info!(key_id = %row.id, token = r.lease_token, ?recovery_point, "reclaimed an expired lease");
             Lease::new(
                 self.clone(),
@@ -301,13 +254,7 @@ impl Engine {
 
     fn observe(&self, op: &Operation, key_id: Uuid, kind: EventKind, detail: Value) {
         tracing::debug!(%key_id, kind = kind.as_str(), fingerprint = %op.fingerprint.short(), "idempotency event");
-        self.events().record(Event {
-            key_id,
-            customer_id: op.customer_id,
-            kind,
-            lease_token: None,
-            detail,
-        });
+        self.events().record(Event { key_id, customer_id: op.customer_id, kind, lease_token: None, detail });
     }
 }
 

@@ -51,6 +51,12 @@ impl EventKind {
             Self::Expired => "expired",
         }
     }
+
+    /// Counts `n` events of this kind in the `payonce_idempotency_events_total` metric. Every event
+    /// is counted where it is recorded, so the metric and the log never tell different stories.
+    pub fn count(self, n: u64) {
+        metrics::counter!("payonce_idempotency_events_total", "kind" => self.as_str()).increment(n);
+    }
 }
 
 /// One event on its way to the table.
@@ -87,11 +93,9 @@ impl EventLog {
     /// Queues an event. Never waits: under overload the event is dropped rather than slowing a
     /// request down.
     pub fn record(&self, event: Event) {
+        event.kind.count(1);
         if let Err(err) = self.tx.try_send(event) {
-            tracing::warn!(
-                kind = err.into_inner().kind.as_str(),
-                "event queue full; event dropped"
-            );
+            tracing::warn!(kind = err.into_inner().kind.as_str(), "event queue full; event dropped");
         }
     }
 }
@@ -104,14 +108,11 @@ async fn write_batches(pool: PgPool, mut rx: mpsc::Receiver<Event>) {
         }
         // Let a burst accumulate: one insert of many rows costs about what one row costs.
         tokio::time::sleep(LINGER).await;
-        let room = BATCH - batch.len();
-        if room > 0 {
-            // Take whatever arrived meanwhile without waiting.
-            while batch.len() < BATCH {
-                match rx.try_recv() {
-                    Ok(event) => batch.push(event),
-                    Err(_) => break,
-                }
+        // Take whatever arrived meanwhile, without waiting.
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(event) => batch.push(event),
+                Err(_) => break,
             }
         }
         if let Err(err) = insert(&pool, &batch).await {

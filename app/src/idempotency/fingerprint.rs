@@ -108,10 +108,7 @@ mod tests {
         let b: Value = serde_json::from_str(r#"{"a":{"x":"s","y":[1,2]},"b":1}"#).unwrap();
         assert_eq!(canonical_json(&a), r#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
         assert_eq!(canonical_json(&a), canonical_json(&b));
-        assert_ne!(
-            canonical_json(&json!({"a": [1, 2]})),
-            canonical_json(&json!({"a": [2, 1]}))
-        );
+        assert_ne!(canonical_json(&json!({"a": [1, 2]})), canonical_json(&json!({"a": [2, 1]})));
     }
 
     /// The method and route are part of the fingerprint, not only the body.
@@ -122,10 +119,7 @@ mod tests {
         assert_eq!(base, Fingerprint::of("POST", "/v1/payments", &body));
         assert_ne!(base, Fingerprint::of("POST", "/v1/refunds", &body));
         assert_ne!(base, Fingerprint::of("PUT", "/v1/payments", &body));
-        assert_ne!(
-            base,
-            Fingerprint::of("POST", "/v1/payments", &json!({"amount": 101}))
-        );
+        assert_ne!(base, Fingerprint::of("POST", "/v1/payments", &json!({"amount": 101})));
     }
 
     /// JSON values with string keys, as a client could send them.
@@ -152,13 +146,7 @@ mod tests {
                 let members: Vec<String> = map
                     .iter()
                     .rev()
-                    .map(|(k, v)| {
-                        format!(
-                            " {} :  {} ",
-                            Value::String(k.clone()),
-                            reserialise_differently(v)
-                        )
-                    })
+                    .map(|(k, v)| format!(" {} :  {} ", Value::String(k.clone()), reserialise_differently(v)))
                     .collect();
                 format!("{{ {} }}", members.join(" , "))
             }

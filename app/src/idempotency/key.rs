@@ -121,9 +121,7 @@ fn parse_sf_string(input: &[u8]) -> Result<String, KeyError> {
             b'\\' => match bytes.next() {
                 Some(&escaped @ (b'"' | b'\\')) => out.push(char::from(escaped)),
                 Some(_) => {
-                    return Err(KeyError::Malformed(
-                        "a backslash may only escape '\"' or '\\'",
-                    ));
+                    return Err(KeyError::Malformed("a backslash may only escape '\"' or '\\'"));
                 }
                 None => return Err(KeyError::Malformed("the value ends inside an escape")),
             },
@@ -131,9 +129,7 @@ fn parse_sf_string(input: &[u8]) -> Result<String, KeyError> {
                 return if bytes.as_slice().is_empty() {
                     Ok(out)
                 } else {
-                    Err(KeyError::Malformed(
-                        "unexpected characters after the closing quote (only one key may be sent)",
-                    ))
+                    Err(KeyError::Malformed("unexpected characters after the closing quote (only one key may be sent)"))
                 };
             }
             other => out.push(char::from(other)),
@@ -148,19 +144,13 @@ fn parse_bare(input: &[u8]) -> Result<String, KeyError> {
     for &b in input {
         match b {
             b' ' => {
-                return Err(KeyError::Malformed(
-                    "spaces are only allowed inside a quoted key",
-                ));
+                return Err(KeyError::Malformed("spaces are only allowed inside a quoted key"));
             }
             b',' => {
-                return Err(KeyError::Malformed(
-                    "a comma separates several keys; send exactly one",
-                ));
+                return Err(KeyError::Malformed("a comma separates several keys; send exactly one"));
             }
             b'"' | b'\\' | b';' => {
-                return Err(KeyError::Malformed(
-                    "quote the key (\"…\") to use '\"', '\\' or ';' in it",
-                ));
+                return Err(KeyError::Malformed("quote the key (\"…\") to use '\"', '\\' or ';' in it"));
             }
             _ => {}
         }
@@ -184,14 +174,8 @@ mod tests {
     fn accepts_sf_strings_and_bare_tokens() {
         assert_eq!(parse(r#""abc-123""#).unwrap(), "abc-123");
         assert_eq!(parse("abc-123").unwrap(), "abc-123");
-        assert_eq!(
-            parse("8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap(),
-            "8e03978e-40d5-43e8-bc93-6894a57f9324"
-        );
-        assert_eq!(
-            parse(r#""with \"quotes\" and \\ and spaces""#).unwrap(),
-            r#"with "quotes" and \ and spaces"#
-        );
+        assert_eq!(parse("8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap(), "8e03978e-40d5-43e8-bc93-6894a57f9324");
+        assert_eq!(parse(r#""with \"quotes\" and \\ and spaces""#).unwrap(), r#"with "quotes" and \ and spaces"#);
         assert_eq!(parse(r#"  "padded"  "#).unwrap(), "padded");
     }
 
@@ -203,27 +187,12 @@ mod tests {
         assert_eq!(parse(r#""""#), Err(KeyError::Empty));
         assert_eq!(parse(&"k".repeat(256)), Err(KeyError::TooLong(256)));
         assert!(parse(&"k".repeat(255)).is_ok());
-        assert_eq!(
-            parse(&format!("\"{}\"", "k".repeat(256))),
-            Err(KeyError::TooLong(256))
-        );
-        assert_eq!(
-            IdempotencyKey::parse(b"ab\x01c"),
-            Err(KeyError::NotPrintable)
-        );
-        assert_eq!(
-            IdempotencyKey::parse("cl\u{e9}".as_bytes()),
-            Err(KeyError::NotPrintable)
-        );
+        assert_eq!(parse(&format!("\"{}\"", "k".repeat(256))), Err(KeyError::TooLong(256)));
+        assert_eq!(IdempotencyKey::parse(b"ab\x01c"), Err(KeyError::NotPrintable));
+        assert_eq!(IdempotencyKey::parse("cl\u{e9}".as_bytes()), Err(KeyError::NotPrintable));
         assert_eq!(IdempotencyKey::parse(b"a\tb"), Err(KeyError::NotPrintable));
-        assert!(matches!(
-            parse(r#""unterminated"#),
-            Err(KeyError::Malformed(_))
-        ));
-        assert!(matches!(
-            parse(r#""bad \n escape""#),
-            Err(KeyError::Malformed(_))
-        ));
+        assert!(matches!(parse(r#""unterminated"#), Err(KeyError::Malformed(_))));
+        assert!(matches!(parse(r#""bad \n escape""#), Err(KeyError::Malformed(_))));
         assert!(matches!(parse(r#""a", "b""#), Err(KeyError::Malformed(_))));
         assert!(matches!(parse(r#""a";p=1"#), Err(KeyError::Malformed(_))));
         assert!(matches!(parse("a,b"), Err(KeyError::Malformed(_))));
@@ -235,20 +204,11 @@ mod tests {
     #[test]
     fn needs_exactly_one_header_field() {
         let mut headers = HeaderMap::new();
-        assert_eq!(
-            IdempotencyKey::from_headers(&headers),
-            Err(KeyError::Missing)
-        );
+        assert_eq!(IdempotencyKey::from_headers(&headers), Err(KeyError::Missing));
         headers.append(HEADER, HeaderValue::from_static("a"));
-        assert_eq!(
-            IdempotencyKey::from_headers(&headers).unwrap().as_str(),
-            "a"
-        );
+        assert_eq!(IdempotencyKey::from_headers(&headers).unwrap().as_str(), "a");
         headers.append(HEADER, HeaderValue::from_static("a"));
-        assert_eq!(
-            IdempotencyKey::from_headers(&headers),
-            Err(KeyError::Repeated)
-        );
+        assert_eq!(IdempotencyKey::from_headers(&headers), Err(KeyError::Repeated));
     }
 
     proptest! {

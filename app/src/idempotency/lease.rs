@@ -87,16 +87,7 @@ impl Lease {
         request: Value,
         attempts: i32,
     ) -> Self {
-        Self {
-            engine,
-            key_id,
-            customer_id,
-            client_key,
-            token,
-            recovery_point,
-            request,
-            attempts,
-        }
+        Self { engine, key_id, customer_id, client_key, token, recovery_point, request, attempts }
     }
 
     /// The engine this lease belongs to.
@@ -172,6 +163,7 @@ impl Lease {
         )
         .fetch_one(self.engine.pool())
         .await?;
+        EventKind::Released.count(released as u64);
         Ok(released == 1)
     }
 
@@ -185,10 +177,7 @@ impl Lease {
             lease_token: Some(self.token),
             detail: json!({"recovery_point": self.recovery_point.as_str()}),
         });
-        LeaseLost {
-            key_id: self.key_id,
-            token: self.token,
-        }
+        LeaseLost { key_id: self.key_id, token: self.token }
     }
 
     /// How long a lease lasts without a heartbeat.

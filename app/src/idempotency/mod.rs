@@ -23,6 +23,7 @@ pub mod events;
 pub mod fingerprint;
 pub mod key;
 pub mod lease;
+pub mod recovery;
 pub mod response;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub use events::{Event, EventKind, EventLog};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use lease::{Lease, LeaseLost, RecoveryPoint};
+pub use recovery::Backoff;
 pub use response::StoredResponse;
 
 /// Timing policy of the engine.
@@ -49,10 +51,7 @@ pub struct EngineSettings {
 
 impl Default for EngineSettings {
     fn default() -> Self {
-        Self {
-            lease: Duration::from_secs(60),
-            key_ttl: Duration::from_secs(24 * 60 * 60),
-        }
+        Self { lease: Duration::from_secs(60), key_ttl: Duration::from_secs(24 * 60 * 60) }
     }
 }
 
@@ -64,9 +63,7 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("settings", &self.inner.settings)
-            .finish_non_exhaustive()
+        f.debug_struct("Engine").field("settings", &self.inner.settings).finish_non_exhaustive()
     }
 }
 
@@ -78,13 +75,7 @@ struct Inner {
 
 impl Engine {
     pub fn new(pool: PgPool, settings: EngineSettings, events: EventLog) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                pool,
-                settings,
-                events,
-            }),
-        }
+        Self { inner: Arc::new(Inner { pool, settings, events }) }
     }
 
     /// The pool the engine writes through.

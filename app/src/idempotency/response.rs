@@ -10,10 +10,7 @@ pub const REPLAYED_HEADER: HeaderName = HeaderName::from_static("idempotent-repl
 
 /// The headers that belong to the representation and so are stored and replayed. Anything else
 /// (dates, request ids, connection headers) describes one particular exchange and is not.
-const STORED_HEADERS: [HeaderName; 2] = [
-    axum::http::header::CONTENT_TYPE,
-    axum::http::header::LOCATION,
-];
+const STORED_HEADERS: [HeaderName; 2] = [axum::http::header::CONTENT_TYPE, axum::http::header::LOCATION];
 
 /// Status, content headers and body of a final response.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,27 +22,14 @@ pub struct StoredResponse {
 
 impl StoredResponse {
     /// A response with the given content type and optional `Location`.
-    pub fn new(
-        status: StatusCode,
-        content_type: &'static str,
-        location: Option<String>,
-        body: Vec<u8>,
-    ) -> Self {
-        let mut headers = vec![(
-            axum::http::header::CONTENT_TYPE,
-            HeaderValue::from_static(content_type),
-        )];
+    pub fn new(status: StatusCode, content_type: &'static str, location: Option<String>, body: Vec<u8>) -> Self {
+        let mut headers = vec![(axum::http::header::CONTENT_TYPE, HeaderValue::from_static(content_type))];
         if let Some(location) = location {
             // Locations are built from ids payonce generated: always valid header values.
-            let value = HeaderValue::try_from(location)
-                .expect("a generated location is a valid header value");
+            let value = HeaderValue::try_from(location).expect("a generated location is a valid header value");
             headers.push((axum::http::header::LOCATION, value));
         }
-        Self {
-            status,
-            headers,
-            body: Bytes::from(body),
-        }
+        Self { status, headers, body: Bytes::from(body) }
     }
 
     /// The stored headers as JSON (`[["content-type", "application/json"], …]`) for the
@@ -53,9 +37,7 @@ impl StoredResponse {
     pub fn headers_json(&self) -> Value {
         self.headers
             .iter()
-            .filter_map(|(name, value)| {
-                Some(Value::from(vec![name.as_str(), value.to_str().ok()?]))
-            })
+            .filter_map(|(name, value)| Some(Value::from(vec![name.as_str(), value.to_str().ok()?])))
             .collect()
     }
 
@@ -75,11 +57,7 @@ impl StoredResponse {
                 STORED_HEADERS.contains(&name).then_some((name, value))
             })
             .collect::<Option<Vec<_>>>()?;
-        Some(Self {
-            status,
-            headers,
-            body: Bytes::from(body),
-        })
+        Some(Self { status, headers, body: Bytes::from(body) })
     }
 
     /// The HTTP response; a replay carries `Idempotent-Replayed: true`.
@@ -108,13 +86,9 @@ mod tests {
             Some("/v1/payments/pay_1".into()),
             br#"{"id":"pay_1"}"#.to_vec(),
         );
-        let back = StoredResponse::from_columns(201, &stored.headers_json(), stored.body.to_vec())
-            .unwrap();
+        let back = StoredResponse::from_columns(201, &stored.headers_json(), stored.body.to_vec()).unwrap();
         assert_eq!(back, stored);
-        assert!(
-            StoredResponse::from_columns(201, &serde_json::json!([["x-other", "v"]]), vec![])
-                .is_none()
-        );
+        assert!(StoredResponse::from_columns(201, &serde_json::json!([["x-other", "v"]]), vec![]).is_none());
         assert!(StoredResponse::from_columns(9999, &serde_json::json!([]), vec![]).is_none());
     }
 }

@@ -18,9 +18,7 @@ impl PaymentId {
     /// Parses a public id; `None` for anything that is not one (the caller answers 404).
     pub fn parse(s: &str) -> Option<Self> {
         let hex = s.strip_prefix(Self::PREFIX)?;
-        (hex.len() == 32)
-            .then(|| Uuid::try_parse(hex).ok().map(Self))
-            .flatten()
+        (hex.len() == 32).then(|| Uuid::try_parse(hex).ok().map(Self)).flatten()
     }
 }
 
@@ -92,32 +90,16 @@ impl Payment {
                 self.payment_intent = Some(payment_intent.clone());
                 self.failure = None;
             }
-            ChargeOutcome::Declined {
-                payment_intent,
-                code,
-                decline_code,
-                message,
-            } => {
+            ChargeOutcome::Declined { payment_intent, code, decline_code, message } => {
                 self.status = PaymentStatus::Failed;
                 self.payment_intent = payment_intent.clone();
-                self.failure = Some(Failure {
-                    code: code.clone(),
-                    decline_code: decline_code.clone(),
-                    message: message.clone(),
-                });
+                self.failure =
+                    Some(Failure { code: code.clone(), decline_code: decline_code.clone(), message: message.clone() });
             }
-            ChargeOutcome::Rejected {
-                payment_intent,
-                code,
-                message,
-            } => {
+            ChargeOutcome::Rejected { payment_intent, code, message } => {
                 self.status = PaymentStatus::Failed;
                 self.payment_intent = payment_intent.clone();
-                self.failure = Some(Failure {
-                    code: code.clone(),
-                    decline_code: None,
-                    message: message.clone(),
-                });
+                self.failure = Some(Failure { code: code.clone(), decline_code: None, message: message.clone() });
             }
         }
     }
@@ -161,13 +143,7 @@ mod tests {
         assert_eq!(PaymentId::parse(&id.to_string()), Some(id));
         assert_eq!(PaymentId::parse("pay_"), None);
         assert_eq!(PaymentId::parse(&id.0.to_string()), None);
-        assert_eq!(
-            PaymentId::parse(&format!("pay_{}", id.0.hyphenated())),
-            None
-        );
-        assert_eq!(
-            PaymentId::parse("pay_zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"),
-            None
-        );
+        assert_eq!(PaymentId::parse(&format!("pay_{}", id.0.hyphenated())), None);
+        assert_eq!(PaymentId::parse("pay_zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"), None);
     }
 }

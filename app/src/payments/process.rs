@@ -30,9 +30,10 @@ use super::model::{Payment, PaymentId, PaymentStatus};
 use super::request::NewPayment;
 use super::store;
 use crate::customers::CustomerId;
+use crate::failpoint;
 use crate::gateway::{self, Charge, ChargeOutcome, Gateway, GatewayError};
 use crate::http::problem::{self, Problem};
-use crate::idempotency::{Lease, LeaseLost, RecoveryPoint, StoredResponse};
+use crate::idempotency::{EventKind, Lease, LeaseLost, RecoveryPoint, StoredResponse};
 
 /// Why a key was not driven to completion this time.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +56,12 @@ pub async fn run(gateway: &Gateway, lease: Lease) -> Result<StoredResponse, Proc
     let request: NewPayment = serde_json::from_value(lease.request.clone())
         .map_err(|err| corrupt(&lease, format!("stored request unreadable: {err}")))?;
     let mut payment = match lease.recovery_point {
-        RecoveryPoint::Started => create_payment(&lease, &request).await?,
+        RecoveryPoint::Started => {
+            failpoint::hit("after_claim").await;
+            let payment = create_payment(&lease, &request).await?;
+            failpoint::hit("after_payment_created").await;
+            payment
+        }
         RecoveryPoint::PaymentCreated => store::find_by_key(lease.engine().pool(), lease.key_id)
             .await?
             .ok_or_else(|| corrupt(&lease, "at payment_created without a payment".into()))?,
@@ -65,6 +71,7 @@ pub async fn run(gateway: &Gateway, lease: Lease) -> Result<StoredResponse, Proc
         }
     };
     let outcome = charge(gateway, &lease, &payment).await?;
+    failpoint::hit("after_charge").await;
     payment.apply(&outcome);
     let response = final_response(&payment, &outcome);
     finish(&lease, &payment, &response).await?;
@@ -115,6 +122,7 @@ async fn create_payment(lease: &Lease, request: &NewPayment) -> Result<Payment, 
     .fetch_optional(lease.engine().pool())
     .await?
     .ok_or_else(|| lease.lost())?;
+    EventKind::PaymentCreated.count(1);
     Ok(Payment {
         id,
         customer_id: lease.customer_id,
@@ -131,25 +139,15 @@ async fn create_payment(lease: &Lease, request: &NewPayment) -> Result<Payment, 
 }
 
 /// Step 2: the gateway call, under the lease's heartbeat.
-async fn charge(
-    gateway: &Gateway,
-    lease: &Lease,
-    payment: &Payment,
-) -> Result<ChargeOutcome, ProcessError> {
+async fn charge(gateway: &Gateway, lease: &Lease, payment: &Payment) -> Result<ChargeOutcome, ProcessError> {
     let mut metadata: HashMap<String, String> = match &payment.metadata {
-        Value::Object(map) => map
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-            .collect(),
+        Value::Object(map) => map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect(),
         _ => HashMap::new(),
     };
     // The audit trail on the PaymentIntent: which payment, for whom, under which client key. The
     // load tests group the gateway's ledger by these to prove nothing was charged twice.
     metadata.insert("payonce_payment".into(), payment.id.to_string());
-    metadata.insert(
-        "payonce_customer".into(),
-        CustomerId(payment.customer_id).to_string(),
-    );
+    metadata.insert("payonce_customer".into(), CustomerId(payment.customer_id).to_string());
     metadata.insert("payonce_idempotency_key".into(), lease.client_key.clone());
     let charge = Charge {
         amount: payment.amount,
@@ -173,11 +171,7 @@ async fn charge(
 }
 
 /// Recovery point 3: the payment's outcome and the final response, committed together.
-async fn finish(
-    lease: &Lease,
-    payment: &Payment,
-    response: &StoredResponse,
-) -> Result<(), ProcessError> {
+async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> Result<(), ProcessError> {
     let failure = payment.failure.as_ref();
     let finished = sqlx::query_scalar!(
         r#"
@@ -216,7 +210,73 @@ async fn finish(
     .fetch_one(lease.engine().pool())
     .await?;
     if finished == 1 {
+        EventKind::Completed.count(1);
         Ok(())
+    } else {
+        Err(lease.lost().into())
+    }
+}
+
+/// Gives a key up for good, when its holders never got a final answer from the gateway: the
+/// payment (if any) is marked failed, the key `failed` with a stored 502 that every retry gets.
+/// Whether the gateway charged stays unknown; `docs/operations.md` says how an operator settles it.
+pub async fn give_up(lease: &Lease, reason: &str) -> Result<StoredResponse, ProcessError> {
+    let payment = store::find_by_key(lease.engine().pool(), lease.key_id).await?;
+    let attempts = lease.attempts - 1;
+    let mut problem = Problem::new(
+        StatusCode::BAD_GATEWAY,
+        "payment-abandoned",
+        "Payment abandoned",
+        format!(
+            "payonce got no final answer from the payment gateway after {attempts} attempts ({reason}) and stopped \
+             trying. The payment is marked failed; if the gateway did charge, an operator reconciles it. Check the \
+             payment before paying again with a new Idempotency-Key."
+        ),
+    );
+    if let Some(payment) = &payment {
+        problem = problem.with("payment", payment.id.to_string());
+    }
+    let response = StoredResponse::new(
+        StatusCode::BAD_GATEWAY,
+        problem::CONTENT_TYPE,
+        payment.as_ref().map(Payment::location),
+        problem.to_json(),
+    );
+    let failed = sqlx::query_scalar!(
+        r#"
+        with failed as (
+            update idempotency_keys
+               set state = 'failed',
+                   response_status = $3, response_headers = $4, response_body = $5,
+                   locked_until = null, completed_at = now(), updated_at = now()
+             where id = $1 and lease_token = $2 and state = 'processing'
+            returning id, customer_id, lease_token, recovery_point
+        ), payment as (
+            update payments p
+               set status = 'failed', failure_code = 'abandoned', failure_message = $6, updated_at = now()
+              from failed
+             where p.idempotency_key_id = failed.id and p.status = 'pending'
+        ), event as (
+            insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+            select id, customer_id, 'failed', lease_token,
+                   jsonb_build_object('reason', $6::text, 'recovery_point', recovery_point)
+            from failed
+        )
+        select count(*) as "failed!" from failed
+        "#,
+        lease.key_id,
+        lease.token,
+        response.status.as_u16() as i16,
+        response.headers_json(),
+        response.body.as_ref(),
+        reason,
+    )
+    .fetch_one(lease.engine().pool())
+    .await?;
+    if failed == 1 {
+        EventKind::Failed.count(1);
+        tracing::error!(key_id = %lease.key_id, attempts, reason, "gave up on a key; an operator should reconcile it");
+        Ok(response)
     } else {
         Err(lease.lost().into())
     }
@@ -227,19 +287,9 @@ fn final_response(payment: &Payment, outcome: &ChargeOutcome) -> StoredResponse 
     let (slug, title, detail, code, decline_code) = match outcome {
         ChargeOutcome::Succeeded { .. } => {
             let body = serde_json::to_vec(&payment.to_json()).expect("a payment always serialises");
-            return StoredResponse::new(
-                StatusCode::CREATED,
-                "application/json",
-                Some(payment.location()),
-                body,
-            );
+            return StoredResponse::new(StatusCode::CREATED, "application/json", Some(payment.location()), body);
         }
-        ChargeOutcome::Declined {
-            code,
-            decline_code,
-            message,
-            ..
-        } => (
+        ChargeOutcome::Declined { code, decline_code, message, .. } => (
             "card-declined",
             "Card declined",
             format!(
@@ -272,8 +322,5 @@ fn final_response(payment: &Payment, outcome: &ChargeOutcome) -> StoredResponse 
 }
 
 fn corrupt(lease: &Lease, reason: String) -> ProcessError {
-    ProcessError::Corrupt {
-        key_id: lease.key_id,
-        reason,
-    }
+    ProcessError::Corrupt { key_id: lease.key_id, reason }
 }

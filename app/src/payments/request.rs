@@ -60,10 +60,7 @@ pub struct FieldError {
 
 impl FieldError {
     fn new(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            detail: detail.into(),
-        }
+        Self { field: field.into(), detail: detail.into() }
     }
 }
 
@@ -73,15 +70,9 @@ impl CreatePayment {
         let mut errors = Vec::new();
 
         if self.amount <= 0 {
-            errors.push(FieldError::new(
-                "amount",
-                "must be a positive integer (minor units, e.g. cents)",
-            ));
+            errors.push(FieldError::new("amount", "must be a positive integer (minor units, e.g. cents)"));
         } else if self.amount > MAX_AMOUNT {
-            errors.push(FieldError::new(
-                "amount",
-                format!("must be at most {MAX_AMOUNT}"),
-            ));
+            errors.push(FieldError::new("amount", format!("must be at most {MAX_AMOUNT}")));
         }
 
         let currency = self.currency.to_ascii_lowercase();
@@ -101,39 +92,25 @@ impl CreatePayment {
             && pm.len() <= MAX_PAYMENT_METHOD_LEN
             && pm.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
         {
-            errors.push(FieldError::new(
-                "payment_method",
-                "must be a PaymentMethod id such as \"pm_card_visa\"",
-            ));
+            errors.push(FieldError::new("payment_method", "must be a PaymentMethod id such as \"pm_card_visa\""));
         }
 
         if let Some(description) = &self.description
             && description.chars().count() > MAX_DESCRIPTION_LEN
         {
-            errors.push(FieldError::new(
-                "description",
-                format!("must be at most {MAX_DESCRIPTION_LEN} characters"),
-            ));
+            errors.push(FieldError::new("description", format!("must be at most {MAX_DESCRIPTION_LEN} characters")));
         }
 
         let metadata = self.metadata.unwrap_or_default();
         if metadata.len() > MAX_METADATA_KEYS {
-            errors.push(FieldError::new(
-                "metadata",
-                format!("may hold at most {MAX_METADATA_KEYS} keys"),
-            ));
+            errors.push(FieldError::new("metadata", format!("may hold at most {MAX_METADATA_KEYS} keys")));
         }
         for (key, value) in &metadata {
             let field = format!("metadata.{key}");
-            if key.is_empty()
-                || key.chars().count() > MAX_METADATA_KEY_LEN
-                || key.contains(['[', ']'])
-            {
+            if key.is_empty() || key.chars().count() > MAX_METADATA_KEY_LEN || key.contains(['[', ']']) {
                 errors.push(FieldError::new(
                     field,
-                    format!(
-                        "keys must be 1 to {MAX_METADATA_KEY_LEN} characters, without '[' or ']'"
-                    ),
+                    format!("keys must be 1 to {MAX_METADATA_KEY_LEN} characters, without '[' or ']'"),
                 ));
             } else if key.starts_with(RESERVED_METADATA_PREFIX) {
                 errors.push(FieldError::new(
@@ -173,41 +150,32 @@ mod tests {
     /// Currency case and absent optional members do not make a different request.
     #[test]
     fn canonical_form_normalises() {
-        let a = body(r#"{"amount": 100, "currency": "USD", "payment_method": "pm_card_visa"}"#)
-            .validate()
-            .unwrap();
+        let a = body(r#"{"amount": 100, "currency": "USD", "payment_method": "pm_card_visa"}"#).validate().unwrap();
         let b = body(r#"{"payment_method": "pm_card_visa", "metadata": {}, "currency": "usd", "amount": 100, "description": null}"#)
             .validate()
             .unwrap();
         assert_eq!(a, b);
         let canonical = canonical_json(&serde_json::to_value(&a).unwrap());
-        assert_eq!(
-            canonical,
-            r#"{"amount":100,"currency":"usd","metadata":{},"payment_method":"pm_card_visa"}"#
-        );
+        assert_eq!(canonical, r#"{"amount":100,"currency":"usd","metadata":{},"payment_method":"pm_card_visa"}"#);
     }
 
     /// Every invalid field is reported, each with its path.
     #[test]
     fn reports_every_invalid_field() {
-        let errors = body(r#"{"amount": 0, "currency": "usdx", "payment_method": "card", "metadata": {"payonce_x": "1", "ok": "1"}}"#)
-            .validate()
-            .unwrap_err();
+        let errors = body(
+            r#"{"amount": 0, "currency": "usdx", "payment_method": "card", "metadata": {"payonce_x": "1", "ok": "1"}}"#,
+        )
+        .validate()
+        .unwrap_err();
         let fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(
-            fields,
-            ["amount", "currency", "payment_method", "metadata.payonce_x"]
-        );
+        assert_eq!(fields, ["amount", "currency", "payment_method", "metadata.payonce_x"]);
     }
 
     /// Currencies Stripe does not know are refused, known ones in any case accepted.
     #[test]
     fn currencies() {
         let with = |c: &str| {
-            body(&format!(
-                r#"{{"amount": 1, "currency": "{c}", "payment_method": "pm_card_visa"}}"#
-            ))
-            .validate()
+            body(&format!(r#"{{"amount": 1, "currency": "{c}", "payment_method": "pm_card_visa"}}"#)).validate()
         };
         assert!(with("eur").is_ok());
         assert!(with("JPY").is_ok());
@@ -226,16 +194,12 @@ mod tests {
             .is_err()
         );
         assert!(
-            serde_json::from_str::<CreatePayment>(
-                r#"{"amount": "1", "currency": "usd", "payment_method": "pm_x"}"#
-            )
-            .is_err()
+            serde_json::from_str::<CreatePayment>(r#"{"amount": "1", "currency": "usd", "payment_method": "pm_x"}"#)
+                .is_err()
         );
         assert!(
-            serde_json::from_str::<CreatePayment>(
-                r#"{"amount": 1.5, "currency": "usd", "payment_method": "pm_x"}"#
-            )
-            .is_err()
+            serde_json::from_str::<CreatePayment>(r#"{"amount": 1.5, "currency": "usd", "payment_method": "pm_x"}"#)
+                .is_err()
         );
     }
 }

@@ -27,9 +27,8 @@ impl TryFrom<Row> for Payment {
     type Error = sqlx::Error;
 
     fn try_from(row: Row) -> Result<Self, Self::Error> {
-        let status = PaymentStatus::parse(&row.status).ok_or_else(|| {
-            sqlx::Error::Decode(format!("unknown payment status {:?}", row.status).into())
-        })?;
+        let status = PaymentStatus::parse(&row.status)
+            .ok_or_else(|| sqlx::Error::Decode(format!("unknown payment status {:?}", row.status).into()))?;
         Ok(Payment {
             id: PaymentId(row.id),
             customer_id: row.customer_id,
@@ -69,11 +68,7 @@ pub async fn find_by_key(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Pay
 }
 
 /// One of a customer's payments. Another customer's payment is simply not found.
-pub async fn find(
-    pool: &PgPool,
-    customer_id: Uuid,
-    id: PaymentId,
-) -> sqlx::Result<Option<Payment>> {
+pub async fn find(pool: &PgPool, customer_id: Uuid, id: PaymentId) -> sqlx::Result<Option<Payment>> {
     sqlx::query_as!(
         Row,
         r#"
@@ -118,9 +113,6 @@ pub async fn list(
     .await?;
     let has_more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
-    let payments = rows
-        .into_iter()
-        .map(Payment::try_from)
-        .collect::<sqlx::Result<_>>()?;
+    let payments = rows.into_iter().map(Payment::try_from).collect::<sqlx::Result<_>>()?;
     Ok((payments, has_more))
 }

@@ -20,8 +20,7 @@ async fn fifty_simultaneous_duplicates_charge_once() {
 
     let tasks: Vec<_> = (0..50)
         .map(|_| {
-            let (app, api_key, key, barrier) =
-                (app.clone(), api_key.clone(), key.clone(), barrier.clone());
+            let (app, api_key, key, barrier) = (app.clone(), api_key.clone(), key.clone(), barrier.clone());
             tokio::spawn(async move {
                 let request = app.post_payment(&api_key, Some(&key), &payment(4200));
                 barrier.wait().await;
@@ -47,10 +46,7 @@ async fn fifty_simultaneous_duplicates_charge_once() {
             other => panic!("unexpected answer {other:?}"),
         }
     }
-    assert_eq!(
-        created, 1,
-        "exactly one request did the work ({in_flight} in flight, {replayed} replayed)"
-    );
+    assert_eq!(created, 1, "exactly one request did the work ({in_flight} in flight, {replayed} replayed)");
     assert_eq!(created + in_flight + replayed, 50);
     assert_eq!(app.charges_for(&key).await.len(), 1);
     assert_eq!(app.count("payments").await, 1);
@@ -78,22 +74,13 @@ async fn many_keys_at_once_charge_once_each() {
         .collect();
     for task in tasks {
         let status = task.await.unwrap();
-        assert!(
-            status == StatusCode::CREATED || status == StatusCode::CONFLICT,
-            "{status}"
-        );
+        assert!(status == StatusCode::CREATED || status == StatusCode::CONFLICT, "{status}");
     }
 
     let charges = app.charges().await;
     assert_eq!(charges.len(), keys.len());
     for key in &keys {
-        assert_eq!(
-            charges
-                .iter()
-                .filter(|c| c["metadata"]["payonce_idempotency_key"] == key.as_str())
-                .count(),
-            1
-        );
+        assert_eq!(charges.iter().filter(|c| c["metadata"]["payonce_idempotency_key"] == key.as_str()).count(), 1);
     }
     assert_eq!(app.count("payments").await, keys.len() as i64);
 }

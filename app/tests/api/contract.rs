@@ -15,13 +15,7 @@ async fn new_key_charges_once_and_answers_201() {
     let body = json!({"amount": 1250, "currency": "EUR", "payment_method": "pm_card_visa",
                       "description": "order 42", "metadata": {"order": "42"}});
 
-    let (status, headers, payment) = parts(
-        app.post_payment(&api_key, Some(&key), &body)
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, headers, payment) = parts(app.post_payment(&api_key, Some(&key), &body).send().await.unwrap()).await;
 
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(headers["content-type"], "application/json");
@@ -46,10 +40,7 @@ async fn new_key_charges_once_and_answers_201() {
     .unwrap();
     assert_eq!(row, ("completed".into(), "finished".into(), 201, 1));
     let (status, pi): (String, String) =
-        sqlx::query_as("select status, gateway_payment_intent_id from payments")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+        sqlx::query_as("select status, gateway_payment_intent_id from payments").fetch_one(&app.db).await.unwrap();
     assert_eq!((status.as_str(), pi.as_str()), ("succeeded", intent));
 
     let charges = app.charges().await;
@@ -57,21 +48,10 @@ async fn new_key_charges_once_and_answers_201() {
     assert_eq!(charges[0]["payment_intent"], intent);
     assert_eq!(charges[0]["amount"], 1250);
     assert_eq!(charges[0]["metadata"]["payonce_payment"], id);
-    assert_eq!(
-        charges[0]["metadata"]["payonce_idempotency_key"],
-        key.as_str()
-    );
+    assert_eq!(charges[0]["metadata"]["payonce_idempotency_key"], key.as_str());
     assert_eq!(charges[0]["metadata"]["order"], "42");
-    assert!(
-        charges[0]["metadata"]["payonce_customer"]
-            .as_str()
-            .unwrap()
-            .starts_with("cus_")
-    );
-    assert_eq!(
-        app.event_kinds(&key).await,
-        ["claimed", "payment_created", "completed"]
-    );
+    assert!(charges[0]["metadata"]["payonce_customer"].as_str().unwrap().starts_with("cus_"));
+    assert_eq!(app.event_kinds(&key).await, ["claimed", "payment_created", "completed"]);
 }
 
 /// Same key, same payload, completed: the original status, body and content headers, plus
@@ -82,36 +62,22 @@ async fn completed_key_replays_faithfully() {
     let api_key = app.customer("acme").await;
     let key = new_key();
 
-    let first = app
-        .post_payment(&api_key, Some(&key), &payment(500))
-        .send()
-        .await
-        .unwrap();
+    let first = app.post_payment(&api_key, Some(&key), &payment(500)).send().await.unwrap();
     let (first_status, first_headers) = (first.status(), first.headers().clone());
     let first_body = first.bytes().await.unwrap();
-    let again = app
-        .post_payment(&api_key, Some(&key), &payment(500))
-        .send()
-        .await
-        .unwrap();
+    let again = app.post_payment(&api_key, Some(&key), &payment(500)).send().await.unwrap();
     let (again_status, again_headers) = (again.status(), again.headers().clone());
     let again_body = again.bytes().await.unwrap();
 
     assert_eq!(first_status, StatusCode::CREATED);
     assert_eq!(again_status, first_status);
-    assert_eq!(
-        again_body, first_body,
-        "the replayed body is byte for byte the original"
-    );
+    assert_eq!(again_body, first_body, "the replayed body is byte for byte the original");
     assert_eq!(again_headers["content-type"], first_headers["content-type"]);
     assert_eq!(again_headers["location"], first_headers["location"]);
     assert_eq!(again_headers["idempotent-replayed"], "true");
     assert_eq!(app.charges().await.len(), 1);
     assert_eq!(app.count("payments").await, 1);
-    assert_eq!(
-        app.event_kinds(&key).await,
-        ["claimed", "payment_created", "completed", "replayed"]
-    );
+    assert_eq!(app.event_kinds(&key).await, ["claimed", "payment_created", "completed", "replayed"]);
 }
 
 /// A retry that re-serialises the same payload (other key order, other spacing) is a replay.
@@ -146,26 +112,13 @@ async fn same_key_other_payload_is_422() {
     let api_key = app.customer("acme").await;
     let key = new_key();
     assert_eq!(
-        app.post_payment(&api_key, Some(&key), &payment(100))
-            .send()
-            .await
-            .unwrap()
-            .status(),
+        app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap().status(),
         StatusCode::CREATED
     );
 
-    let response = app
-        .post_payment(&api_key, Some(&key), &payment(101))
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_payment(&api_key, Some(&key), &payment(101)).send().await.unwrap();
 
-    assert_problem(
-        response,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "idempotency-key-reused",
-    )
-    .await;
+    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused").await;
     assert_eq!(app.charges().await.len(), 1);
     assert!(app.event_kinds(&key).await.contains(&"mismatch".to_owned()));
 }
@@ -178,29 +131,18 @@ async fn declined_card_is_a_final_402_and_replayed() {
     let api_key = app.customer("acme").await;
     for (method, decline_code) in [
         ("pm_card_chargeDeclined", "generic_decline"),
-        (
-            "pm_card_chargeDeclinedInsufficientFunds",
-            "insufficient_funds",
-        ),
+        ("pm_card_chargeDeclinedInsufficientFunds", "insufficient_funds"),
     ] {
         let key = new_key();
         let body = json!({"amount": 900, "currency": "usd", "payment_method": method});
 
-        let response = app
-            .post_payment(&api_key, Some(&key), &body)
-            .send()
-            .await
-            .unwrap();
+        let response = app.post_payment(&api_key, Some(&key), &body).send().await.unwrap();
         let problem = assert_problem(response, StatusCode::PAYMENT_REQUIRED, "card-declined").await;
         assert_eq!(problem["decline_code"], decline_code);
         assert_eq!(problem["code"], "card_declined");
         assert!(problem["payment"].as_str().unwrap().starts_with("pay_"));
 
-        let replay = app
-            .post_payment(&api_key, Some(&key), &body)
-            .send()
-            .await
-            .unwrap();
+        let replay = app.post_payment(&api_key, Some(&key), &body).send().await.unwrap();
         assert_eq!(replay.headers()["idempotent-replayed"], "true");
         let replayed = assert_problem(replay, StatusCode::PAYMENT_REQUIRED, "card-declined").await;
         assert_eq!(replayed, problem);
@@ -211,10 +153,7 @@ async fn declined_card_is_a_final_402_and_replayed() {
                 .fetch_one(&app.db)
                 .await
                 .unwrap();
-        assert_eq!(
-            (status.as_str(), code.as_deref()),
-            ("failed", Some(decline_code))
-        );
+        assert_eq!((status.as_str(), code.as_deref()), ("failed", Some(decline_code)));
     }
     assert!(app.charges().await.is_empty());
 }
@@ -228,20 +167,13 @@ async fn unknown_payment_method_is_rejected_finally() {
     let body = json!({"amount": 900, "currency": "usd", "payment_method": "pm_does_not_exist"});
 
     let problem = assert_problem(
-        app.post_payment(&api_key, Some(&key), &body)
-            .send()
-            .await
-            .unwrap(),
+        app.post_payment(&api_key, Some(&key), &body).send().await.unwrap(),
         StatusCode::PAYMENT_REQUIRED,
         "payment-rejected",
     )
     .await;
     assert_eq!(problem["code"], "resource_missing");
-    let replay = app
-        .post_payment(&api_key, Some(&key), &body)
-        .send()
-        .await
-        .unwrap();
+    let replay = app.post_payment(&api_key, Some(&key), &body).send().await.unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert!(app.charges().await.is_empty());
 }
@@ -263,100 +195,55 @@ async fn invalid_bodies_are_refused_without_consuming_the_key() {
     };
     let json_cases = [
         ("not json", "{\"amount\": 1,".to_owned()),
-        (
-            "wrong type",
-            r#"{"amount": "100", "currency": "usd", "payment_method": "pm_card_visa"}"#.to_owned(),
-        ),
-        (
-            "fraction",
-            r#"{"amount": 1.5, "currency": "usd", "payment_method": "pm_card_visa"}"#.to_owned(),
-        ),
+        ("wrong type", r#"{"amount": "100", "currency": "usd", "payment_method": "pm_card_visa"}"#.to_owned()),
+        ("fraction", r#"{"amount": 1.5, "currency": "usd", "payment_method": "pm_card_visa"}"#.to_owned()),
         (
             "unknown field",
-            r#"{"amount": 100, "currency": "usd", "payment_method": "pm_card_visa", "tip": 5}"#
-                .to_owned(),
+            r#"{"amount": 100, "currency": "usd", "payment_method": "pm_card_visa", "tip": 5}"#.to_owned(),
         ),
-        (
-            "missing field",
-            r#"{"amount": 100, "currency": "usd"}"#.to_owned(),
-        ),
-        (
-            "zero amount",
-            r#"{"amount": 0, "currency": "usd", "payment_method": "pm_card_visa"}"#.to_owned(),
-        ),
-        (
-            "negative amount",
-            r#"{"amount": -5, "currency": "usd", "payment_method": "pm_card_visa"}"#.to_owned(),
-        ),
-        (
-            "bad currency",
-            r#"{"amount": 100, "currency": "xxx", "payment_method": "pm_card_visa"}"#.to_owned(),
-        ),
-        (
-            "not a pm",
-            r#"{"amount": 100, "currency": "usd", "payment_method": "card_123"}"#.to_owned(),
-        ),
+        ("missing field", r#"{"amount": 100, "currency": "usd"}"#.to_owned()),
+        ("zero amount", r#"{"amount": 0, "currency": "usd", "payment_method": "pm_card_visa"}"#.to_owned()),
+        ("negative amount", r#"{"amount": -5, "currency": "usd", "payment_method": "pm_card_visa"}"#.to_owned()),
+        ("bad currency", r#"{"amount": 100, "currency": "xxx", "payment_method": "pm_card_visa"}"#.to_owned()),
+        ("not a pm", r#"{"amount": 100, "currency": "usd", "payment_method": "card_123"}"#.to_owned()),
         ("array", "[1, 2]".to_owned()),
         ("empty", String::new()),
     ];
     for (case, body) in json_cases {
         let response = raw("application/json", body).send().await.unwrap();
         let problem = assert_problem(response, StatusCode::BAD_REQUEST, "invalid-request").await;
-        assert!(
-            problem["detail"].as_str().unwrap().len() > 20,
-            "{case}: {problem}"
-        );
+        assert!(problem["detail"].as_str().unwrap().len() > 20, "{case}: {problem}");
     }
     let problem = assert_problem(
-        raw(
-            "application/json",
-            r#"{"amount": 0, "currency": "xxx", "payment_method": "pm_card_visa"}"#.into(),
-        )
-        .send()
-        .await
-        .unwrap(),
+        raw("application/json", r#"{"amount": 0, "currency": "xxx", "payment_method": "pm_card_visa"}"#.into())
+            .send()
+            .await
+            .unwrap(),
         StatusCode::BAD_REQUEST,
         "invalid-request",
     )
     .await;
-    let fields: Vec<&str> = problem["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["field"].as_str().unwrap())
-        .collect();
+    let fields: Vec<&str> =
+        problem["errors"].as_array().unwrap().iter().map(|e| e["field"].as_str().unwrap()).collect();
     assert_eq!(fields, ["amount", "currency"]);
 
     assert_problem(
-        raw("text/plain", payment(100).to_string())
-            .send()
-            .await
-            .unwrap(),
+        raw("text/plain", payment(100).to_string()).send().await.unwrap(),
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "unsupported-media-type",
     )
     .await;
-    let huge = json!({"amount": 100, "currency": "usd", "payment_method": "pm_card_visa", "description": "x".repeat(70_000)});
+    let huge =
+        json!({"amount": 100, "currency": "usd", "payment_method": "pm_card_visa", "description": "x".repeat(70_000)});
     assert_problem(
-        raw("application/json", huge.to_string())
-            .send()
-            .await
-            .unwrap(),
+        raw("application/json", huge.to_string()).send().await.unwrap(),
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload-too-large",
     )
     .await;
 
-    assert_eq!(
-        app.count("idempotency_keys").await,
-        0,
-        "no refused request may touch the key"
-    );
-    let ok = app
-        .post_payment(&api_key, Some(&key), &payment(100))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(app.count("idempotency_keys").await, 0, "no refused request may touch the key");
+    let ok = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     assert_eq!(ok.status(), StatusCode::CREATED);
 }
 
@@ -366,26 +253,13 @@ async fn requests_need_a_valid_api_key() {
     let app = TestApp::spawn().await;
     let api_key = app.customer("acme").await;
     let mut wrong = api_key.clone();
-    wrong.replace_range(
-        wrong.len() - 1..,
-        if api_key.ends_with('0') { "1" } else { "0" },
-    );
+    wrong.replace_range(wrong.len() - 1.., if api_key.ends_with('0') { "1" } else { "0" });
 
-    let anonymous = app
-        .client
-        .post(app.url("/v1/payments"))
-        .json(&payment(100))
-        .send()
-        .await
-        .unwrap();
+    let anonymous = app.client.post(app.url("/v1/payments")).json(&payment(100)).send().await.unwrap();
     assert_eq!(anonymous.headers()["www-authenticate"], "Bearer");
     assert_problem(anonymous, StatusCode::UNAUTHORIZED, "unauthorized").await;
     for bad in [wrong.as_str(), "po_nonsense", ""] {
-        let response = app
-            .post_payment(bad, Some(&new_key()), &payment(100))
-            .send()
-            .await
-            .unwrap();
+        let response = app.post_payment(bad, Some(&new_key()), &payment(100)).send().await.unwrap();
         assert_problem(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
     }
     let response = app.get("nope", "/v1/payments").send().await.unwrap();
@@ -399,78 +273,33 @@ async fn payments_can_be_read_and_listed() {
     let api_key = app.customer("acme").await;
     let mut ids = Vec::new();
     for amount in [100, 200, 300] {
-        let (_, _, body) = parts(
-            app.post_payment(&api_key, Some(&new_key()), &payment(amount))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let (_, _, body) =
+            parts(app.post_payment(&api_key, Some(&new_key()), &payment(amount)).send().await.unwrap()).await;
         ids.push(body["id"].as_str().unwrap().to_owned());
     }
 
-    let (status, _, one) = parts(
-        app.get(&api_key, &format!("/v1/payments/{}", ids[1]))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, one) = parts(app.get(&api_key, &format!("/v1/payments/{}", ids[1])).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(one["amount"], 200);
 
-    let (_, _, page) = parts(
-        app.get(&api_key, "/v1/payments?limit=2")
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    let listed: Vec<&str> = page["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["id"].as_str().unwrap())
-        .collect();
+    let (_, _, page) = parts(app.get(&api_key, "/v1/payments?limit=2").send().await.unwrap()).await;
+    let listed: Vec<&str> = page["data"].as_array().unwrap().iter().map(|p| p["id"].as_str().unwrap()).collect();
     assert_eq!(listed, [ids[2].as_str(), ids[1].as_str()]);
     assert_eq!(page["has_more"], true);
-    let (_, _, rest) = parts(
-        app.get(
-            &api_key,
-            &format!("/v1/payments?limit=2&starting_after={}", ids[1]),
-        )
-        .send()
-        .await
-        .unwrap(),
-    )
-    .await;
+    let (_, _, rest) =
+        parts(app.get(&api_key, &format!("/v1/payments?limit=2&starting_after={}", ids[1])).send().await.unwrap())
+            .await;
     assert_eq!(rest["data"].as_array().unwrap().len(), 1);
     assert_eq!(rest["data"][0]["id"], ids[0].as_str());
     assert_eq!(rest["has_more"], false);
 
-    for bad in [
-        "/v1/payments/pay_nothere",
-        "/v1/payments/pay_0000000000000000000000000000000f",
-    ] {
-        assert_problem(
-            app.get(&api_key, bad).send().await.unwrap(),
-            StatusCode::NOT_FOUND,
-            "not-found",
-        )
-        .await;
+    for bad in ["/v1/payments/pay_nothere", "/v1/payments/pay_0000000000000000000000000000000f"] {
+        assert_problem(app.get(&api_key, bad).send().await.unwrap(), StatusCode::NOT_FOUND, "not-found").await;
     }
-    for bad in [
-        "/v1/payments?limit=0",
-        "/v1/payments?limit=abc",
-        "/v1/payments?starting_after=x",
-        "/v1/payments?color=red",
-    ] {
-        assert_problem(
-            app.get(&api_key, bad).send().await.unwrap(),
-            StatusCode::BAD_REQUEST,
-            "invalid-request",
-        )
-        .await;
+    for bad in
+        ["/v1/payments?limit=0", "/v1/payments?limit=abc", "/v1/payments?starting_after=x", "/v1/payments?color=red"]
+    {
+        assert_problem(app.get(&api_key, bad).send().await.unwrap(), StatusCode::BAD_REQUEST, "invalid-request").await;
     }
 }
 
@@ -486,11 +315,7 @@ async fn probes_and_unknown_routes() {
     assert!(response.headers().contains_key("x-request-id"));
     assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
     assert_problem(
-        app.client
-            .delete(app.url("/v1/payments"))
-            .send()
-            .await
-            .unwrap(),
+        app.client.delete(app.url("/v1/payments")).send().await.unwrap(),
         StatusCode::METHOD_NOT_ALLOWED,
         "method-not-allowed",
     )
@@ -500,18 +325,10 @@ async fn probes_and_unknown_routes() {
 /// Without a Stripe key the server starts its own simulator and charges through it.
 #[tokio::test]
 async fn builtin_simulator_is_used_without_a_stripe_key() {
-    let app = TestApp::spawn_with(crate::helpers::Options {
-        builtin_simulator: true,
-        ..Default::default()
-    })
-    .await;
+    let app = TestApp::spawn_with(crate::helpers::Options { builtin_simulator: true, ..Default::default() }).await;
     let api_key = app.customer("acme").await;
     let key = new_key();
-    let response = app
-        .post_payment(&api_key, Some(&key), &payment(100))
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
     let body: Value = response.json().await.unwrap();
     let charges = app.charges_for(&key).await;
@@ -531,14 +348,8 @@ async fn graceful_shutdown_finishes_in_flight_payments() {
 
     app.stop().await;
 
-    assert_eq!(
-        in_flight.await.unwrap().unwrap().status(),
-        StatusCode::CREATED
-    );
+    assert_eq!(in_flight.await.unwrap().unwrap().status(), StatusCode::CREATED);
     assert_eq!(app.charges_for(&key).await.len(), 1);
-    let state: String = sqlx::query_scalar("select state from idempotency_keys")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let state: String = sqlx::query_scalar("select state from idempotency_keys").fetch_one(&app.db).await.unwrap();
     assert_eq!(state, "completed");
 }

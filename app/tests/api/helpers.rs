@@ -14,6 +14,7 @@ use payonce::db::local::LocalPostgres;
 use payonce::idempotency::EngineSettings;
 use payonce::server::Server;
 use payonce::simulator::{self, RunningSimulator};
+use payonce::sweeper::SweeperSettings;
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};
@@ -54,13 +55,8 @@ async fn database_server() -> &'static str {
 /// Creates an empty database and returns its URL.
 async fn create_database(name: &str) -> String {
     let server = database_server().await;
-    let mut admin = PgConnection::connect(server)
-        .await
-        .expect("connect to the test PostgreSQL");
-    sqlx::query(&format!("create database {name}"))
-        .execute(&mut admin)
-        .await
-        .expect("create the test database");
+    let mut admin = PgConnection::connect(server).await.expect("connect to the test PostgreSQL");
+    sqlx::query(&format!("create database {name}")).execute(&mut admin).await.expect("create the test database");
     let mut url = url_with_database(server, name);
     url.push_str(if url.contains('?') { "&" } else { "?" });
     url.push_str("application_name=payonce-test");
@@ -69,13 +65,9 @@ async fn create_database(name: &str) -> String {
 
 /// `url` with its database path replaced by `name`.
 fn url_with_database(url: &str, name: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
     let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let host_end = base[scheme_end..]
-        .find('/')
-        .map_or(base.len(), |i| scheme_end + i);
+    let host_end = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
     let mut out = format!("{}/{name}", &base[..host_end]);
     if let Some(query) = query {
         out.push('?');
@@ -90,6 +82,9 @@ pub struct Options {
     pub gateway_timeout: Duration,
     /// Use the built-in simulator instead of the test's own (as `payonce serve` does without keys).
     pub builtin_simulator: bool,
+    /// The in-server sweeper's settings. By default it passes once at startup and then sleeps for
+    /// an hour, so that it cannot race a test that is not about it.
+    pub sweeper: SweeperSettings,
 }
 
 impl Default for Options {
@@ -98,6 +93,7 @@ impl Default for Options {
             lease: Duration::from_secs(60),
             gateway_timeout: Duration::from_secs(10),
             builtin_simulator: false,
+            sweeper: SweeperSettings { interval: Duration::from_secs(3600), ..SweeperSettings::default() },
         }
     }
 }
@@ -127,11 +123,7 @@ impl TestApp {
         let sim = if options.builtin_simulator {
             None
         } else {
-            Some(
-                simulator::start("127.0.0.1:0".parse().unwrap())
-                    .await
-                    .expect("start the simulator"),
-            )
+            Some(simulator::start("127.0.0.1:0".parse().unwrap()).await.expect("start the simulator"))
         };
         let config = ServeConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
@@ -140,10 +132,7 @@ impl TestApp {
                 local_dir: ".payonce".into(),
                 pool_size: 10,
             },
-            engine: EngineSettings {
-                lease: options.lease,
-                key_ttl: Duration::from_secs(86_400),
-            },
+            engine: EngineSettings { lease: options.lease, key_ttl: Duration::from_secs(86_400) },
             gateway: GatewayConfig {
                 stripe: sim.as_ref().map(|sim| StripeConfig {
                     secret_key: Secret::new("sk_test_payonce"),
@@ -152,6 +141,7 @@ impl TestApp {
                 simulator_addr: "127.0.0.1:0".parse().unwrap(),
                 timeout: options.gateway_timeout,
             },
+            sweeper: options.sweeper,
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();
@@ -163,9 +153,7 @@ impl TestApp {
         let server = tokio::spawn(server.run(async {
             let _ = stopped.await;
         }));
-        let db = PgPool::connect(&url)
-            .await
-            .expect("connect to the test database");
+        let db = PgPool::connect(&url).await.expect("connect to the test database");
         Self {
             addr,
             client: reqwest::Client::new(),
@@ -184,24 +172,13 @@ impl TestApp {
 
     /// Creates a customer through the library, as `payonce customers create` does; returns its key.
     pub async fn customer(&self, name: &str) -> String {
-        let (_, key) = payonce::customers::create(&self.db, name)
-            .await
-            .expect("create a customer");
+        let (_, key) = payonce::customers::create(&self.db, name).await.expect("create a customer");
         key.expose().to_owned()
     }
 
     /// `POST /v1/payments` with an API key and (optionally) an idempotency key.
-    pub fn post_payment(
-        &self,
-        api_key: &str,
-        idempotency_key: Option<&str>,
-        body: &Value,
-    ) -> RequestBuilder {
-        let request = self
-            .client
-            .post(self.url("/v1/payments"))
-            .bearer_auth(api_key)
-            .json(body);
+    pub fn post_payment(&self, api_key: &str, idempotency_key: Option<&str>, body: &Value) -> RequestBuilder {
+        let request = self.client.post(self.url("/v1/payments")).bearer_auth(api_key).json(body);
         match idempotency_key {
             Some(key) => request.header("Idempotency-Key", key),
             None => request,
@@ -224,10 +201,7 @@ impl TestApp {
             .json()
             .await
             .expect("the ledger is JSON");
-        ledger["charges"]
-            .as_array()
-            .cloned()
-            .expect("a charges array")
+        ledger["charges"].as_array().cloned().expect("a charges array")
     }
 
     /// Charges made for one client idempotency key.
@@ -241,19 +215,9 @@ impl TestApp {
 
     /// Replaces the simulator's faults.
     pub async fn set_faults(&self, faults: Value) {
-        let response = self
-            .client
-            .put(format!("{}_sim/faults", self.sim_url))
-            .json(&faults)
-            .send()
-            .await
-            .expect("set faults");
-        assert_eq!(
-            response.status(),
-            StatusCode::OK,
-            "faults refused: {}",
-            response.text().await.unwrap_or_default()
-        );
+        let response =
+            self.client.put(format!("{}_sim/faults", self.sim_url)).json(&faults).send().await.expect("set faults");
+        assert_eq!(response.status(), StatusCode::OK, "faults refused: {}", response.text().await.unwrap_or_default());
     }
 
     /// Stops the server gracefully and waits for it.
@@ -262,19 +226,13 @@ impl TestApp {
             let _ = shutdown.send(());
         }
         if let Some(server) = self.server.take() {
-            server
-                .await
-                .expect("server task")
-                .expect("server stopped cleanly");
+            server.await.expect("server task").expect("server stopped cleanly");
         }
     }
 
     /// The number of rows of a table (for "exactly one payment" assertions).
     pub async fn count(&self, table: &str) -> i64 {
-        sqlx::query_scalar(&format!("select count(*) from {table}"))
-            .fetch_one(&self.db)
-            .await
-            .unwrap()
+        sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&self.db).await.unwrap()
     }
 
     /// Kinds of the events of a key, oldest first (waits briefly for batched observations).
@@ -300,17 +258,13 @@ impl Drop for TestApp {
         // may already be shutting down.
         let database = std::mem::take(&mut self.database);
         let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async {
                 let Some(server) = SERVER.get() else { return };
                 if let Ok(mut admin) = PgConnection::connect(server).await {
-                    let _ =
-                        sqlx::query(&format!("drop database if exists {database} with (force)"))
-                            .execute(&mut admin)
-                            .await;
+                    let _ = sqlx::query(&format!("drop database if exists {database} with (force)"))
+                        .execute(&mut admin)
+                        .await;
                 }
             });
         })
@@ -323,11 +277,7 @@ pub async fn parts(response: Response) -> (StatusCode, reqwest::header::HeaderMa
     let status = response.status();
     let headers = response.headers().clone();
     let body = response.bytes().await.expect("a body");
-    let json = if body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&body).expect("a JSON body")
-    };
+    let json = if body.is_empty() { Value::Null } else { serde_json::from_slice(&body).expect("a JSON body") };
     (status, headers, json)
 }
 
@@ -336,11 +286,7 @@ pub async fn assert_problem(response: Response, status: StatusCode, slug: &str) 
     let (got, headers, body) = parts(response).await;
     assert_eq!(got, status, "unexpected status; body: {body}");
     assert_eq!(headers["content-type"], "application/problem+json");
-    assert_eq!(
-        body["type"],
-        format!("https://payonce.dev/problems/{slug}"),
-        "body: {body}"
-    );
+    assert_eq!(body["type"], format!("https://payonce.dev/problems/{slug}"), "body: {body}");
     assert_eq!(body["status"], status.as_u16());
     assert!(body["title"].as_str().is_some_and(|t| !t.is_empty()));
     assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));

@@ -9,11 +9,7 @@ use crate::helpers::{TestApp, assert_problem, payment};
 async fn missing_key_is_400() {
     let app = TestApp::spawn().await;
     let api_key = app.customer("acme").await;
-    let response = app
-        .post_payment(&api_key, None, &payment(100))
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_payment(&api_key, None, &payment(100)).send().await.unwrap();
     assert_problem(response, StatusCode::BAD_REQUEST, "idempotency-key-missing").await;
     assert_eq!(app.count("idempotency_keys").await, 0);
     assert!(app.charges().await.is_empty());
@@ -37,35 +33,17 @@ async fn malformed_keys_are_400() {
     for (case, value) in cases {
         let response = app
             .post_payment(&api_key, None, &payment(100))
-            .header(
-                "Idempotency-Key",
-                reqwest::header::HeaderValue::from_bytes(value).unwrap(),
-            )
+            .header("Idempotency-Key", reqwest::header::HeaderValue::from_bytes(value).unwrap())
             .send()
             .await
             .unwrap();
-        let problem =
-            assert_problem(response, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
-        assert!(
-            problem["detail"]
-                .as_str()
-                .unwrap()
-                .contains("Idempotency-Key"),
-            "{case}: {problem}"
-        );
+        let problem = assert_problem(response, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
+        assert!(problem["detail"].as_str().unwrap().contains("Idempotency-Key"), "{case}: {problem}");
     }
-    let twice = app
-        .post_payment(&api_key, Some("a"), &payment(100))
-        .header("Idempotency-Key", "b")
-        .send()
-        .await
-        .unwrap();
+    let twice =
+        app.post_payment(&api_key, Some("a"), &payment(100)).header("Idempotency-Key", "b").send().await.unwrap();
     assert_problem(twice, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
-    let listed = app
-        .post_payment(&api_key, Some("\"a\", \"b\""), &payment(100))
-        .send()
-        .await
-        .unwrap();
+    let listed = app.post_payment(&api_key, Some("\"a\", \"b\""), &payment(100)).send().await.unwrap();
     assert_problem(listed, StatusCode::BAD_REQUEST, "idempotency-key-invalid").await;
     assert_eq!(app.count("idempotency_keys").await, 0);
 }
@@ -77,35 +55,17 @@ async fn quoted_and_bare_forms_are_the_same_key() {
     let api_key = app.customer("acme").await;
     let key = format!("order-{}", uuid::Uuid::now_v7());
     let quoted = format!("\"{key}\"");
-    let first = app
-        .post_payment(&api_key, Some(&quoted), &payment(100))
-        .send()
-        .await
-        .unwrap();
+    let first = app.post_payment(&api_key, Some(&quoted), &payment(100)).send().await.unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
-    let second = app
-        .post_payment(&api_key, Some(&key), &payment(100))
-        .send()
-        .await
-        .unwrap();
+    let second = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     assert_eq!(second.status(), StatusCode::CREATED);
     assert_eq!(second.headers()["idempotent-replayed"], "true");
-    let stored: String = sqlx::query_scalar("select key from idempotency_keys")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let stored: String = sqlx::query_scalar("select key from idempotency_keys").fetch_one(&app.db).await.unwrap();
     assert_eq!(stored, key, "the decoded key is stored, without quotes");
     // An escaped quote inside an sf-string is part of the key.
-    let escaped = app
-        .post_payment(&api_key, Some(r#""say \"hi\"""#), &payment(100))
-        .send()
-        .await
-        .unwrap();
+    let escaped = app.post_payment(&api_key, Some(r#""say \"hi\"""#), &payment(100)).send().await.unwrap();
     assert_eq!(escaped.status(), StatusCode::CREATED);
     let keys: Vec<String> =
-        sqlx::query_scalar("select key from idempotency_keys order by created_at")
-            .fetch_all(&app.db)
-            .await
-            .unwrap();
+        sqlx::query_scalar("select key from idempotency_keys order by created_at").fetch_all(&app.db).await.unwrap();
     assert_eq!(keys[1], r#"say "hi""#);
 }

@@ -29,61 +29,25 @@ async fn gateway_down_then_retry_charges_once() {
     let key = new_key();
     app.set_faults(json!({"fail_rate": 1.0})).await;
 
-    let response = app
-        .post_payment(&api_key, Some(&key), &payment(300))
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_payment(&api_key, Some(&key), &payment(300)).send().await.unwrap();
     assert_eq!(response.headers()["retry-after"], "2");
-    let problem = assert_problem(
-        response,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "gateway-unavailable",
-    )
-    .await;
+    let problem = assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "gateway-unavailable").await;
     assert_eq!(problem["retry_after"], 2);
-    assert_eq!(
-        key_row(&app, &key).await,
-        ("processing".into(), "payment_created".into(), 1, 1, false)
-    );
+    assert_eq!(key_row(&app, &key).await, ("processing".into(), "payment_created".into(), 1, 1, false));
     assert!(app.charges().await.is_empty());
 
     app.set_faults(json!({})).await;
-    let (status, headers, body) = parts(
-        app.post_payment(&api_key, Some(&key), &payment(300))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, headers, body) =
+        parts(app.post_payment(&api_key, Some(&key), &payment(300)).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::CREATED);
-    assert!(
-        headers.get("idempotent-replayed").is_none(),
-        "the retry did the work itself"
-    );
+    assert!(headers.get("idempotent-replayed").is_none(), "the retry did the work itself");
     let charges = app.charges_for(&key).await;
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0]["payment_intent"], body["payment_intent"]);
-    assert_eq!(
-        key_row(&app, &key).await,
-        ("completed".into(), "finished".into(), 2, 2, false)
-    );
-    assert_eq!(
-        app.count("payments").await,
-        1,
-        "the retry reused the payment created by the first attempt"
-    );
+    assert_eq!(key_row(&app, &key).await, ("completed".into(), "finished".into(), 2, 2, false));
+    assert_eq!(app.count("payments").await, 1, "the retry reused the payment created by the first attempt");
     let kinds = app.event_kinds(&key).await;
-    assert_eq!(
-        kinds,
-        [
-            "claimed",
-            "payment_created",
-            "released",
-            "reclaimed",
-            "completed"
-        ]
-    );
+    assert_eq!(kinds, ["claimed", "payment_created", "released", "reclaimed", "completed"]);
 }
 
 /// The gateway charged but its response was lost: 503, then the retry gets the same
@@ -93,30 +57,14 @@ async fn charged_but_response_lost_is_recovered_without_a_second_charge() {
     let app = TestApp::spawn().await;
     let api_key = app.customer("acme").await;
     let key = new_key();
-    app.set_faults(json!({"drop_after_charge_rate": 1.0, "next_calls": 1}))
-        .await;
+    app.set_faults(json!({"drop_after_charge_rate": 1.0, "next_calls": 1})).await;
 
-    let response = app
-        .post_payment(&api_key, Some(&key), &payment(800))
-        .send()
-        .await
-        .unwrap();
-    assert_problem(
-        response,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "gateway-unavailable",
-    )
-    .await;
+    let response = app.post_payment(&api_key, Some(&key), &payment(800)).send().await.unwrap();
+    assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "gateway-unavailable").await;
     let charged = app.charges_for(&key).await;
     assert_eq!(charged.len(), 1, "the gateway did charge");
 
-    let (status, _, body) = parts(
-        app.post_payment(&api_key, Some(&key), &payment(800))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, _, body) = parts(app.post_payment(&api_key, Some(&key), &payment(800)).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(body["payment_intent"], charged[0]["payment_intent"]);
     assert_eq!(app.charges_for(&key).await.len(), 1);
@@ -126,44 +74,19 @@ async fn charged_but_response_lost_is_recovered_without_a_second_charge() {
 /// has settled, then one charge and a 201.
 #[tokio::test]
 async fn gateway_timeout_then_retry_charges_once() {
-    let app = TestApp::spawn_with(Options {
-        gateway_timeout: Duration::from_secs(1),
-        ..Default::default()
-    })
-    .await;
+    let app = TestApp::spawn_with(Options { gateway_timeout: Duration::from_secs(1), ..Default::default() }).await;
     let api_key = app.customer("acme").await;
     let key = new_key();
-    app.set_faults(json!({"timeout_rate": 1.0, "timeout_hold_ms": 1500, "next_calls": 1}))
-        .await;
+    app.set_faults(json!({"timeout_rate": 1.0, "timeout_hold_ms": 1500, "next_calls": 1})).await;
 
-    let response = app
-        .post_payment(&api_key, Some(&key), &payment(800))
-        .send()
-        .await
-        .unwrap();
-    let problem = assert_problem(
-        response,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "gateway-unavailable",
-    )
-    .await;
-    assert!(
-        problem["detail"]
-            .as_str()
-            .unwrap()
-            .contains("did not answer"),
-        "{problem}"
-    );
+    let response = app.post_payment(&api_key, Some(&key), &payment(800)).send().await.unwrap();
+    let problem = assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "gateway-unavailable").await;
+    assert!(problem["detail"].as_str().unwrap().contains("did not answer"), "{problem}");
 
     let mut answers = Vec::new();
     let body = loop {
-        let (status, _, body) = parts(
-            app.post_payment(&api_key, Some(&key), &payment(800))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let (status, _, body) =
+            parts(app.post_payment(&api_key, Some(&key), &payment(800)).send().await.unwrap()).await;
         answers.push(status);
         match status {
             StatusCode::CREATED => break body,
@@ -182,51 +105,26 @@ async fn gateway_timeout_then_retry_charges_once() {
 /// the first answers 201 and the duplicate's retry is replayed.
 #[tokio::test]
 async fn duplicate_in_flight_is_409_with_retry_after() {
-    let app = Arc::new(
-        TestApp::spawn_with(Options {
-            lease: Duration::from_secs(30),
-            ..Default::default()
-        })
-        .await,
-    );
+    let app = Arc::new(TestApp::spawn_with(Options { lease: Duration::from_secs(30), ..Default::default() }).await);
     let api_key = app.customer("acme").await;
     let key = new_key();
     app.set_faults(json!({"latency_ms": 1500})).await;
 
     let first = {
         let (app, api_key, key) = (app.clone(), api_key.clone(), key.clone());
-        tokio::spawn(async move {
-            app.post_payment(&api_key, Some(&key), &payment(100))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        })
+        tokio::spawn(
+            async move { app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap().status() },
+        )
     };
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let response = app
-        .post_payment(&api_key, Some(&key), &payment(100))
-        .send()
-        .await
-        .unwrap();
-    let retry_after: u64 = response.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        (29..=30).contains(&retry_after),
-        "Retry-After is the lease's remaining time: {retry_after}"
-    );
+    let response = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
+    let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((29..=30).contains(&retry_after), "Retry-After is the lease's remaining time: {retry_after}");
     let problem = assert_problem(response, StatusCode::CONFLICT, "idempotency-key-in-use").await;
     assert_eq!(problem["retry_after"], retry_after);
 
     assert_eq!(first.await.unwrap(), StatusCode::CREATED);
-    let replay = app
-        .post_payment(&api_key, Some(&key), &payment(100))
-        .send()
-        .await
-        .unwrap();
+    let replay = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(app.charges_for(&key).await.len(), 1);
     assert!(app.event_kinds(&key).await.contains(&"conflict".to_owned()));
@@ -237,50 +135,27 @@ async fn duplicate_in_flight_is_409_with_retry_after() {
 /// off, and both end up with the one PaymentIntent the gateway made.
 #[tokio::test]
 async fn a_worker_presumed_dead_cannot_double_charge() {
-    let app = Arc::new(
-        TestApp::spawn_with(Options {
-            lease: Duration::from_secs(30),
-            ..Default::default()
-        })
-        .await,
-    );
+    let app = Arc::new(TestApp::spawn_with(Options { lease: Duration::from_secs(30), ..Default::default() }).await);
     let api_key = app.customer("acme").await;
     let key = new_key();
     app.set_faults(json!({"latency_ms": 1000})).await;
 
     let first = {
         let (app, api_key, key) = (app.clone(), api_key.clone(), key.clone());
-        tokio::spawn(async move {
-            parts(
-                app.post_payment(&api_key, Some(&key), &payment(100))
-                    .send()
-                    .await
-                    .unwrap(),
-            )
-            .await
-        })
+        tokio::spawn(
+            async move { parts(app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap()).await },
+        )
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Pretend the first worker stopped heartbeating long ago.
-    sqlx::query(
-        "update idempotency_keys set locked_until = now() - interval '1 second' where key = $1",
-    )
-    .bind(&key)
-    .execute(&app.db)
-    .await
-    .unwrap();
-    let second = app
-        .post_payment(&api_key, Some(&key), &payment(100))
-        .send()
+    sqlx::query("update idempotency_keys set locked_until = now() - interval '1 second' where key = $1")
+        .bind(&key)
+        .execute(&app.db)
         .await
         .unwrap();
+    let second = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     // The gateway is still executing the first call under the same downstream key.
-    assert_problem(
-        second,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "gateway-unavailable",
-    )
-    .await;
+    assert_problem(second, StatusCode::SERVICE_UNAVAILABLE, "gateway-unavailable").await;
 
     let (status, _, body) = first.await.unwrap();
     assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -289,50 +164,29 @@ async fn a_worker_presumed_dead_cannot_double_charge() {
     assert_eq!(charges[0]["payment_intent"], body["payment_intent"]);
     let (state, _, token, _, _) = key_row(&app, &key).await;
     assert_eq!(state, "completed");
-    assert!(
-        token >= 3,
-        "reclaimed by the retry, then by the first worker after losing its lease: {token}"
-    );
+    assert!(token >= 3, "reclaimed by the retry, then by the first worker after losing its lease: {token}");
     let kinds = app.event_kinds(&key).await;
     assert!(kinds.contains(&"lease_lost".to_owned()), "{kinds:?}");
-    assert_eq!(
-        kinds.iter().filter(|k| *k == "reclaimed").count(),
-        2,
-        "{kinds:?}"
-    );
+    assert_eq!(kinds.iter().filter(|k| *k == "reclaimed").count(), 2, "{kinds:?}");
 }
 
 /// A gateway call longer than the lease keeps its lease by heartbeat: a duplicate arriving after
 /// the original lease would have run out is still told "in flight", and there is no reclaim.
 #[tokio::test]
 async fn heartbeat_keeps_a_slow_call_leased() {
-    let app = Arc::new(
-        TestApp::spawn_with(Options {
-            lease: Duration::from_secs(1),
-            ..Default::default()
-        })
-        .await,
-    );
+    let app = Arc::new(TestApp::spawn_with(Options { lease: Duration::from_secs(1), ..Default::default() }).await);
     let api_key = app.customer("acme").await;
     let key = new_key();
     app.set_faults(json!({"latency_ms": 2500})).await;
 
     let first = {
         let (app, api_key, key) = (app.clone(), api_key.clone(), key.clone());
-        tokio::spawn(async move {
-            app.post_payment(&api_key, Some(&key), &payment(100))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        })
+        tokio::spawn(
+            async move { app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap().status() },
+        )
     };
     tokio::time::sleep(Duration::from_millis(1600)).await;
-    let duplicate = app
-        .post_payment(&api_key, Some(&key), &payment(100))
-        .send()
-        .await
-        .unwrap();
+    let duplicate = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     assert_eq!(duplicate.status(), StatusCode::CONFLICT);
 
     assert_eq!(first.await.unwrap(), StatusCode::CREATED);

@@ -1,0 +1,157 @@
+//! Where abandoned keys are found and taken over, and where expired keys are deleted: the
+//! engine's half of the sweeper ([`crate::sweeper`]).
+//!
+//! Both statements pick their rows with `FOR UPDATE SKIP LOCKED`, so any number of sweepers (and
+//! servers) can run them against one database at once: a row is taken by exactly one of them, the
+//! others skip it. The row lock lasts only for that one statement; the lease that follows is a
+//! value in the row, fenced by its token like every other lease.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::lease::{Lease, RecoveryPoint};
+use super::{Engine, EventKind, secs};
+
+/// When an abandoned key may be retried again: at once after its first holder (who crashed or
+/// gave the key back), then `base`, `2·base`, `4·base`, … up to `cap` after the lease ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    /// Delay before the second retry; doubled for each further one.
+    pub base: Duration,
+    /// The longest delay between two retries.
+    pub cap: Duration,
+}
+
+struct Abandoned {
+    id: Uuid,
+    customer_id: Uuid,
+    key: String,
+    lease_token: i64,
+    recovery_point: String,
+    request: Value,
+    attempts: i32,
+}
+
+impl Engine {
+    /// Takes over up to `limit` keys whose lease ran out without a final answer (and whose backoff
+    /// has passed), with a new token each, for `owner`. The caller must drive each to completion
+    /// or give it up.
+    pub async fn reclaim_abandoned(&self, owner: &str, limit: i64, backoff: Backoff) -> sqlx::Result<Vec<Lease>> {
+        let rows = sqlx::query_as!(
+            Abandoned,
+            r#"
+            with abandoned as (
+                select id
+                from idempotency_keys
+                where state = 'processing'
+                  and locked_until <= now()
+                  and locked_until <= now() - case
+                          when attempts <= 1 then interval '0'
+                          else least($4::float8, $3::float8 * 2 ^ (attempts - 2)) * interval '1 second'
+                      end
+                order by locked_until
+                limit $2
+                for update skip locked
+            ), reclaimed as (
+                update idempotency_keys k
+                   set lease_token = k.lease_token + 1,
+                       lease_owner = $1,
+                       locked_until = now() + $5 * interval '1 second',
+                       attempts = k.attempts + 1,
+                       updated_at = now()
+                  from abandoned
+                 where k.id = abandoned.id
+                returning k.id, k.customer_id, k.key, k.lease_token, k.recovery_point, k.request, k.attempts
+            ), event as (
+                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+                select id, customer_id, 'reclaimed', lease_token,
+                       jsonb_build_object('owner', $1::text, 'recovery_point', recovery_point, 'attempts', attempts)
+                from reclaimed
+            )
+            select id, customer_id, key, lease_token, recovery_point, request, attempts from reclaimed
+            "#,
+            owner,
+            limit,
+            secs(backoff.base),
+            secs(backoff.cap),
+            secs(self.settings().lease),
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut leases = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(recovery_point) = RecoveryPoint::parse(&row.recovery_point) else {
+                tracing::error!(key_id = %row.id, recovery_point = row.recovery_point, "unknown recovery point; leaving the key alone");
+                continue;
+            };
+            EventKind::Reclaimed.count(1);
+            leases.push(Lease::new(
+                self.clone(),
+                row.id,
+                row.customer_id,
+                row.key,
+                row.lease_token,
+                recovery_point,
+                row.request,
+                row.attempts,
+            ));
+        }
+        Ok(leases)
+    }
+
+    /// Deletes up to `limit` final keys past their expiry, oldest first, recording an `expired`
+    /// event for each. Their payments stay (their link is set to null). Returns how many went.
+    pub async fn reap_expired(&self, limit: i64) -> sqlx::Result<u64> {
+        let reaped = sqlx::query_scalar!(
+            r#"
+            with doomed as (
+                select id
+                from idempotency_keys
+                where state <> 'processing' and expires_at <= now()
+                order by expires_at
+                limit $1
+                for update skip locked
+            ), reaped as (
+                delete from idempotency_keys k
+                 using doomed
+                 where k.id = doomed.id
+                returning k.id, k.customer_id, k.lease_token, k.state, k.created_at
+            ), event as (
+                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+                select id, customer_id, 'expired', lease_token,
+                       jsonb_build_object('state', state, 'age_secs', extract(epoch from now() - created_at)::int8)
+                from reaped
+            )
+            select count(*) as "reaped!" from reaped
+            "#,
+            limit,
+        )
+        .fetch_one(self.pool())
+        .await?;
+        let reaped = u64::try_from(reaped).unwrap_or(0);
+        EventKind::Expired.count(reaped);
+        Ok(reaped)
+    }
+
+    /// Deletes up to `limit` events older than `retention`. Returns how many went.
+    pub async fn purge_events(&self, retention: Duration, limit: i64) -> sqlx::Result<u64> {
+        let purged = sqlx::query!(
+            r#"
+            delete from idempotency_events
+            where id in (
+                select id from idempotency_events
+                where created_at < now() - $1 * interval '1 second'
+                order by id
+                limit $2
+            )
+            "#,
+            secs(retention),
+            limit,
+        )
+        .execute(self.pool())
+        .await?;
+        Ok(purged.rows_affected())
+    }
+}
