@@ -1,0 +1,245 @@
+//! Stripe's idempotency semantics, per API key and `Idempotency-Key`
+//! (<https://docs.stripe.com/api/idempotent_requests>):
+//!
+//! - the first request with a key *claims* it; the claim is held while the request executes;
+//! - once execution has begun, its result (success or decline) is *saved* and every later
+//!   request with the same key and the same parameters gets it back, with
+//!   `Idempotent-Replayed: true`;
+//! - the same key with other parameters (method, path or form, in any order) is a 400
+//!   `idempotency_error`; while the claim is held, any request with the key is a 409
+//!   `idempotency_key_in_use`;
+//! - a request that never reached execution (validation error, injected outage) saves nothing,
+//!   and its claim is released so the key can be used again.
+//!
+//! Unlike Stripe, saved results never expire (Stripe keeps them for 24 hours): the simulator's
+//! state lives as long as the process, or until `POST /_sim/reset`.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::http::{Method, StatusCode};
+
+use super::Simulator;
+
+/// What identifies "the same request" for a key: method, path and the sorted form pairs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Fingerprint {
+    pub method: Method,
+    pub path: String,
+    pub params: Vec<(String, String)>,
+}
+
+/// The status and body of an executed request, replayed verbatim.
+#[derive(Clone, Debug)]
+pub(crate) struct SavedResponse {
+    pub status: StatusCode,
+    pub body: Bytes,
+    /// A label for the request log, e.g. `succeeded` or `card_declined`.
+    pub outcome: &'static str,
+}
+
+/// Distinguishes one claim from every other, across resets, so a late release can never free
+/// a newer claim on the same key.
+pub(crate) type ClaimId = u64;
+
+#[derive(Debug)]
+enum Entry {
+    InFlight {
+        claim: ClaimId,
+        fingerprint: Fingerprint,
+    },
+    Saved {
+        fingerprint: Fingerprint,
+        response: SavedResponse,
+    },
+}
+
+/// What to do with a request that carries an `Idempotency-Key`.
+#[derive(Debug)]
+pub(crate) enum Begin {
+    /// The key is now claimed for this request: execute it.
+    Execute(ClaimId),
+    /// The key has a saved result for these parameters: answer with it.
+    Replay(SavedResponse),
+    /// Another request with this key is executing: 409.
+    InUse,
+    /// The key was first used with other parameters: 400.
+    Mismatch,
+}
+
+/// The keys of one API key (Stripe scopes idempotency keys per account).
+#[derive(Debug, Default)]
+pub(crate) struct Keys {
+    entries: HashMap<String, Entry>,
+}
+
+impl Keys {
+    /// Decides what to do with a request, claiming the key if it is new. `claim` is the id to
+    /// use if it claims.
+    pub fn begin(&mut self, key: &str, fingerprint: Fingerprint, claim: ClaimId) -> Begin {
+        match self.entries.get(key) {
+            // Stripe answers 409 even if the parameters differ: the first request's outcome is
+            // not known yet, and it is the more useful error for a client that retried too soon.
+            Some(Entry::InFlight { .. }) => Begin::InUse,
+            Some(Entry::Saved {
+                fingerprint: saved,
+                response,
+            }) => {
+                if *saved == fingerprint {
+                    Begin::Replay(response.clone())
+                } else {
+                    Begin::Mismatch
+                }
+            }
+            None => {
+                self.entries
+                    .insert(key.to_owned(), Entry::InFlight { claim, fingerprint });
+                Begin::Execute(claim)
+            }
+        }
+    }
+
+    /// Saves the result of the request holding `claim`. Returns false (and saves nothing) if the
+    /// claim is no longer held, which happens only after a reset.
+    pub fn save(&mut self, key: &str, claim: ClaimId, response: SavedResponse) -> bool {
+        match self.entries.remove(key) {
+            Some(Entry::InFlight {
+                claim: held,
+                fingerprint,
+            }) if held == claim => {
+                self.entries.insert(
+                    key.to_owned(),
+                    Entry::Saved {
+                        fingerprint,
+                        response,
+                    },
+                );
+                true
+            }
+            // Someone else's entry (possible only after a reset): put it back untouched.
+            Some(other) => {
+                self.entries.insert(key.to_owned(), other);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Frees the key if `claim` still holds it.
+    fn release(&mut self, key: &str, claim: ClaimId) {
+        if matches!(self.entries.get(key), Some(Entry::InFlight { claim: held, .. }) if *held == claim)
+        {
+            self.entries.remove(key);
+        }
+    }
+}
+
+/// A held claim on (API key, `Idempotency-Key`).
+///
+/// Dropping a claim that was not saved releases the key. That is what guarantees a key is never
+/// left "in use" forever: whether the request hit an injected outage, its task panicked, or the
+/// simulator was reset, the claim goes out of scope and the key is free again.
+///
+/// Never drop an unsaved claim while holding the simulator's lock: releasing takes the lock.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    simulator: Simulator,
+    api_key: String,
+    key: String,
+    id: ClaimId,
+    saved: bool,
+}
+
+impl Claim {
+    pub fn new(simulator: Simulator, api_key: String, key: String, id: ClaimId) -> Self {
+        Self {
+            simulator,
+            api_key,
+            key,
+            id,
+            saved: false,
+        }
+    }
+
+    /// The `Idempotency-Key` this claim holds.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Saves the result into `keys` (the caller holds the lock) and marks the claim done.
+    pub fn save(&mut self, keys: &mut Keys, response: SavedResponse) {
+        keys.save(&self.key, self.id, response);
+        // Even if nothing was saved (a reset replaced the store), there is nothing to release.
+        self.saved = true;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.saved {
+            let mut state = self.simulator.state();
+            if let Some(account) = state.accounts.get_mut(&self.api_key) {
+                account.keys.release(&self.key, self.id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fingerprint(params: &[(&str, &str)]) -> Fingerprint {
+        Fingerprint {
+            method: Method::POST,
+            path: "/v1/payment_intents".to_owned(),
+            params: params
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+
+    fn saved() -> SavedResponse {
+        SavedResponse {
+            status: StatusCode::OK,
+            body: Bytes::from_static(b"{}"),
+            outcome: "ok",
+        }
+    }
+
+    /// Claim → in use → saved → replay or mismatch; releases only free their own claim.
+    #[test]
+    fn key_lifecycle() {
+        let mut keys = Keys::default();
+        let a = fingerprint(&[("amount", "1")]);
+        let b = fingerprint(&[("amount", "2")]);
+        assert!(matches!(keys.begin("k", a.clone(), 1), Begin::Execute(1)));
+        assert!(matches!(keys.begin("k", a.clone(), 2), Begin::InUse));
+        assert!(matches!(keys.begin("k", b.clone(), 3), Begin::InUse));
+        assert!(!keys.save("k", 2, saved()), "only the holder saves");
+        keys.release("k", 2);
+        assert!(
+            matches!(keys.begin("k", a.clone(), 4), Begin::InUse),
+            "only the holder releases"
+        );
+        assert!(keys.save("k", 1, saved()));
+        assert!(matches!(keys.begin("k", a.clone(), 5), Begin::Replay(_)));
+        assert!(matches!(keys.begin("k", b, 6), Begin::Mismatch));
+        keys.release("k", 1);
+        assert!(
+            matches!(keys.begin("k", a, 7), Begin::Replay(_)),
+            "a saved result stays"
+        );
+    }
+
+    /// A released claim frees the key for a new execution.
+    #[test]
+    fn release_frees_the_key() {
+        let mut keys = Keys::default();
+        let a = fingerprint(&[("amount", "1")]);
+        assert!(matches!(keys.begin("k", a.clone(), 1), Begin::Execute(1)));
+        keys.release("k", 1);
+        assert!(matches!(keys.begin("k", a, 2), Begin::Execute(2)));
+    }
+}
