@@ -53,6 +53,8 @@ mod idempotency;
 mod ledger;
 mod objects;
 mod payment_methods;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::future::Future;
