@@ -87,7 +87,7 @@ pub enum FaultsError {
          picks at most one of them), got {sum}"
     )]
     RatesExceedOne { sum: f64 },
-    /// A delay longer than [`MAX_DELAY_MS`].
+    /// A latency, jitter or hold longer than ten minutes (600 000 ms).
     #[error("{field} must be at most {MAX_DELAY_MS} ms (ten minutes), got {value}")]
     DelayTooLong { field: &'static str, value: u64 },
     /// `next_calls: 0` would scope the faults to nothing.

@@ -26,8 +26,9 @@
 //!
 //! Not a Stripe emulator. There are no customers, captures, refunds, webhooks, 3-D Secure
 //! (`requires_action`), rate limits or live mode; saved idempotent results never expire (Stripe
-//! keeps them 24 hours); all state is in memory and lost when the process exits. Anything outside
-//! the subset is refused loudly (`parameter_unknown`, 404), never silently ignored.
+//! keeps them 24 hours); all state is in memory and lost when the process exits. What is outside
+//! the subset is refused loudly (`parameter_unknown`, Stripe's 404) rather than ignored; only
+//! `expand`, which changes how ids are rendered and not what happens, is accepted and ignored.
 //!
 //! # Layout
 //!
@@ -53,6 +54,8 @@ mod idempotency;
 mod ledger;
 mod objects;
 mod payment_methods;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::future::Future;

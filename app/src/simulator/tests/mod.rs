@@ -1,0 +1,190 @@
+//! End-to-end tests: a started simulator on port 0, driven by the real async-stripe client (what
+//! payonce uses) and by raw HTTP (to see headers and send what async-stripe would not).
+
+mod control;
+mod faults;
+mod idempotency;
+mod payments;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, RequestBuilder};
+use serde_json::Value;
+use stripe::{
+    ApiErrors, Client, ClientBuilder, IdempotencyKey, RequestStrategy, StripeError, StripeRequest,
+};
+use stripe_core::PaymentIntent;
+use stripe_core::payment_intent::CreatePaymentIntent;
+use stripe_types::Currency;
+
+use super::{Charge, RunningSimulator, Simulator, start};
+
+const API_KEY: &str = "sk_test_payonce";
+
+/// A running simulator plus the clients that talk to it.
+struct TestSim {
+    running: RunningSimulator,
+    http: reqwest::Client,
+}
+
+impl TestSim {
+    async fn start() -> Self {
+        let running = start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .await
+            .expect("bind port 0");
+        Self {
+            running,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn sim(&self) -> &Simulator {
+        self.running.simulator()
+    }
+
+    /// async-stripe, configured as payonce configures it, with another API key.
+    fn stripe_with_key(&self, api_key: &str) -> Client {
+        ClientBuilder::new(api_key)
+            .url(self.running.base_url())
+            .build()
+            .expect("valid client")
+    }
+
+    fn stripe(&self) -> Client {
+        self.stripe_with_key(API_KEY)
+    }
+
+    /// The order-1 [`payment`] with `payment_method`, sent through async-stripe with the
+    /// default API key and `key` as its Idempotency-Key.
+    async fn pay(&self, payment_method: &str, key: &str) -> Result<PaymentIntent, StripeError> {
+        send(&self.stripe(), &payment(payment_method), key).await
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!(
+            "{}{}",
+            self.running.base_url(),
+            path.trim_start_matches('/')
+        )
+    }
+
+    /// A raw request to `path` (relative to the base URL), not yet sent.
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http.request(method, self.url(path))
+    }
+
+    /// A raw `POST /v1/payment_intents` with the default API key.
+    async fn post_form(&self, idempotency_key: Option<&str>, form: &[(&str, &str)]) -> Response {
+        let mut request = self
+            .request(Method::POST, "v1/payment_intents")
+            .bearer_auth(API_KEY)
+            .form(form);
+        if let Some(key) = idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        Response::send(request).await
+    }
+
+    /// Sets faults through the control API, as a load test would.
+    async fn set_faults(&self, faults: Value) {
+        let request = self.request(Method::PUT, "_sim/faults").json(&faults);
+        let response = Response::send(request).await;
+        assert_eq!(response.status, 200, "faults accepted: {}", response.body);
+    }
+
+    /// Waits (bounded) until the ledger holds `count` charges: work that outlives its client
+    /// finishes in the background.
+    async fn wait_for_charges(&self, count: usize) -> Vec<Charge> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let charges = self.sim().charges();
+            if charges.len() >= count || Instant::now() > deadline {
+                return charges;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// A raw HTTP response, read completely.
+struct Response {
+    status: u16,
+    replayed: bool,
+    should_retry: Option<String>,
+    body: Value,
+}
+
+impl Response {
+    /// Sends `request` and reads the whole response (the body as JSON, `null` if it is not).
+    async fn send(request: RequestBuilder) -> Self {
+        let response = request.send().await.expect("the simulator answers");
+        let status = response.status().as_u16();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned)
+        };
+        let replayed = header("idempotent-replayed").as_deref() == Some("true");
+        let should_retry = header("stripe-should-retry");
+        let body = response.json().await.unwrap_or(Value::Null);
+        Self {
+            status,
+            replayed,
+            should_retry,
+            body,
+        }
+    }
+}
+
+/// The order-1 payment: $12.50 on the test Visa, confirmed.
+fn payment(payment_method: &str) -> CreatePaymentIntent {
+    CreatePaymentIntent::new(1250, Currency::USD)
+        .confirm(true)
+        .payment_method(payment_method)
+        .metadata(HashMap::from([(
+            "order_id".to_owned(),
+            "order-1".to_owned(),
+        )]))
+}
+
+/// The same payment as raw form fields (async-stripe's encoding, in another order).
+const PAYMENT_FORM: &[(&str, &str)] = &[
+    ("metadata[order_id]", "order-1"),
+    ("payment_method", "pm_card_visa"),
+    ("confirm", "true"),
+    ("currency", "usd"),
+    ("amount", "1250"),
+];
+
+fn idempotent(key: &str) -> RequestStrategy {
+    RequestStrategy::Idempotent(IdempotencyKey::new(key).expect("a valid idempotency key"))
+}
+
+/// Sends a create call the way payonce does: one attempt, with our own key.
+async fn send(
+    client: &Client,
+    request: &CreatePaymentIntent,
+    key: &str,
+) -> Result<PaymentIntent, StripeError> {
+    request
+        .customize()
+        .request_strategy(idempotent(key))
+        .send(client)
+        .await
+}
+
+/// The Stripe error of a failed call, after checking its HTTP status; panics on any other
+/// outcome.
+fn stripe_error<T: std::fmt::Debug>(result: Result<T, StripeError>, status: u16) -> ApiErrors {
+    match result {
+        Err(StripeError::Stripe(error, actual)) => {
+            assert_eq!(actual, status, "HTTP status of {error:?}");
+            *error
+        }
+        other => panic!("expected a Stripe error, got {other:?}"),
+    }
+}
