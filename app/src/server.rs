@@ -70,7 +70,8 @@ impl Server {
         };
         let (events, event_writer) = EventLog::spawn(database.pool.clone());
         let engine = Engine::new(database.pool.clone(), config.engine, events);
-        let state = AppState { engine, gateway, owner: Arc::from(owner_name("http")), metrics: crate::metrics::install() };
+        let state =
+            AppState { engine, gateway, owner: Arc::from(owner_name("http")), metrics: crate::metrics::install() };
         let addr = config.addr;
         let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
         Ok(Self { listener, state, sweeper: config.sweeper, database, simulator, event_writer })

@@ -810,11 +810,6 @@ async fn lock_beside(data_dir: &Path) -> Result<File, LocalPostgresError> {
             .write(true)
             .open(&path)
             .map_err(|e| io_error("open the lock file", &path, e))?;
-        #[expect(
-            clippy::incompatible_msrv,
-            reason = "File::lock is stable since Rust 1.89; the workspace's rust-version (1.85) \
-                      is behind the toolchain and should be raised"
-        )]
         file.lock().map_err(|e| io_error("lock", &path, e))?;
         Ok(file)
     })

@@ -73,41 +73,18 @@ async fn create_payment_intent(
     let form = Form::parse(&body);
     let params = CreateParams::from_form(&form)?;
     let idempotency_key = idempotency_key(&headers)?;
-    let fingerprint = Fingerprint {
-        method: Method::POST,
-        path: PAYMENT_INTENTS.to_owned(),
-        params: form.canonical(),
-    };
+    let fingerprint = Fingerprint { method: Method::POST, path: PAYMENT_INTENTS.to_owned(), params: form.canonical() };
 
-    let (claim_id, plan, epoch) = match decide(
-        &sim,
-        &api_key,
-        idempotency_key.as_deref(),
-        fingerprint,
-        &params,
-    )? {
-        Decision::Execute {
-            claim_id,
-            plan,
-            epoch,
-        } => (claim_id, plan, epoch),
+    let (claim_id, plan, epoch) = match decide(&sim, &api_key, idempotency_key.as_deref(), fingerprint, &params)? {
+        Decision::Execute { claim_id, plan, epoch } => (claim_id, plan, epoch),
         Decision::Replay { saved, delay } => {
             tokio::time::sleep(delay).await;
             return Ok(respond(saved, true));
         }
     };
 
-    let claim = claim_id
-        .zip(idempotency_key)
-        .map(|(id, key)| Claim::new(sim.clone(), api_key.clone(), key, id));
-    let execution = Execution {
-        sim,
-        api_key,
-        claim,
-        params,
-        plan,
-        epoch,
-    };
+    let claim = claim_id.zip(idempotency_key).map(|(id, key)| Claim::new(sim.clone(), api_key.clone(), key, id));
+    let execution = Execution { sim, api_key, claim, params, plan, epoch };
     // Axum drops this handler's future when the client disconnects. Execution runs in its own
     // task so that once it has begun, the charge and the saved result always happen: a client
     // that gave up (or a load balancer that cut it off) is exactly the case idempotency is for.
@@ -116,9 +93,7 @@ async fn create_payment_intent(
         Err(join_error) => {
             // The claim was dropped with the task, so the key is free for a retry.
             tracing::error!(error = %join_error, "stripe simulator execution task failed");
-            Err(ApiError::internal(
-                "An unexpected error occurred in the simulator.",
-            ))
+            Err(ApiError::internal("An unexpected error occurred in the simulator."))
         }
     }
 }
@@ -126,16 +101,9 @@ async fn create_payment_intent(
 /// What the idempotency layer decided for a create call that passed validation.
 enum Decision {
     /// Execute: the key (if any) is claimed, and the faults for this call are drawn.
-    Execute {
-        claim_id: Option<ClaimId>,
-        plan: Plan,
-        epoch: u64,
-    },
+    Execute { claim_id: Option<ClaimId>, plan: Plan, epoch: u64 },
     /// Answer with the saved result after `delay` (latency applies to replays, nothing else).
-    Replay {
-        saved: SavedResponse,
-        delay: Duration,
-    },
+    Replay { saved: SavedResponse, delay: Duration },
 }
 
 /// The idempotency decision and the fault draw, in one critical section: two racing requests
@@ -153,11 +121,7 @@ fn decide(
         None => None,
         Some(key) => {
             let claim_id = state.next_claim_id();
-            match state
-                .account(api_key)
-                .keys
-                .begin(key, fingerprint, claim_id)
-            {
+            match state.account(api_key).keys.begin(key, fingerprint, claim_id) {
                 Begin::Execute(id) => Some(id),
                 Begin::Replay(saved) => {
                     let delay = state.faults.replay_delay(payment_method);
@@ -169,11 +133,7 @@ fn decide(
         }
     };
     let plan = state.faults.plan_execution(payment_method);
-    Ok(Decision::Execute {
-        claim_id,
-        plan,
-        epoch: state.epoch,
-    })
+    Ok(Decision::Execute { claim_id, plan, epoch: state.epoch })
 }
 
 /// One create call that claimed its key (or had none) and is about to execute.
@@ -225,11 +185,7 @@ impl Execution {
             outcome = saved.outcome,
             "stripe simulator executed a create call"
         );
-        if self.plan.action == Action::LoseResponse {
-            lost_response(saved.status)
-        } else {
-            respond(saved, false)
-        }
+        if self.plan.action == Action::LoseResponse { lost_response(saved.status) } else { respond(saved, false) }
     }
 
     /// An injected outage: nothing executed, nothing saved; dropping the claim frees the key.
@@ -247,12 +203,7 @@ impl Execution {
 
 /// Creates the PaymentIntent and, if confirmed, charges or declines. Runs under the lock, so the
 /// PaymentIntent, the ledger entry and the saved result appear together.
-fn execute(
-    state: &mut SimState,
-    api_key: &str,
-    idempotency_key: Option<&str>,
-    params: &CreateParams,
-) -> SavedResponse {
+fn execute(state: &mut SimState, api_key: &str, idempotency_key: Option<&str>, params: &CreateParams) -> SavedResponse {
     // Looking up the payment method is part of execution on Stripe, so "No such PaymentMethod"
     // is saved and replayed like any other result of the call.
     let card = match params.payment_method.as_deref() {
@@ -260,11 +211,7 @@ fn execute(
         Some(id) => match payment_methods::lookup(id) {
             Some(behaviour) => Some((id, behaviour)),
             None => {
-                return saved_error(&ApiError::resource_missing(
-                    "PaymentMethod",
-                    id,
-                    "payment_method",
-                ));
+                return saved_error(&ApiError::resource_missing("PaymentMethod", id, "payment_method"));
             }
         },
     };
@@ -292,17 +239,11 @@ fn execute(
             let error = decline_error(decline, &charge);
             intent.decline(&charge, error.clone());
             let payment_intent = Some(Box::new(intent.clone()));
-            saved_error(&ApiError::card_error(ErrorObject {
-                payment_intent,
-                ..error
-            }))
+            saved_error(&ApiError::card_error(ErrorObject { payment_intent, ..error }))
         }
         _ => saved_intent(&intent),
     };
-    state
-        .account(api_key)
-        .payment_intents
-        .insert(intent.id.clone(), intent);
+    state.account(api_key).payment_intents.insert(intent.id.clone(), intent);
     saved
 }
 
@@ -320,33 +261,19 @@ fn decline_error(decline: Decline, charge: &str) -> ErrorObject {
 }
 
 fn saved_intent(intent: &PaymentIntent) -> SavedResponse {
-    SavedResponse {
-        status: StatusCode::OK,
-        body: objects::to_json(intent),
-        outcome: intent.status.as_str(),
-    }
+    SavedResponse { status: StatusCode::OK, body: objects::to_json(intent), outcome: intent.status.as_str() }
 }
 
 fn saved_error(error: &ApiError) -> SavedResponse {
-    SavedResponse {
-        status: error.status,
-        body: error.body(),
-        outcome: error.outcome(),
-    }
+    SavedResponse { status: error.status, body: error.body(), outcome: error.outcome() }
 }
 
 /// Renders a saved result, marking replays as Stripe does.
 fn respond(saved: SavedResponse, replayed: bool) -> Response {
-    let mut response = (
-        saved.status,
-        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        saved.body,
-    )
-        .into_response();
+    let mut response =
+        (saved.status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], saved.body).into_response();
     if replayed {
-        response
-            .headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     response.extensions_mut().insert(Outcome(saved.outcome));
     response
@@ -358,19 +285,12 @@ fn respond(saved: SavedResponse, replayed: bool) -> Response {
 /// a connection dies after the server committed; async-stripe reports `StripeError::ClientError`.
 fn lost_response(status: StatusCode) -> Response {
     let failing_body = futures_util::stream::once(async {
-        Err::<Bytes, _>(std::io::Error::other(
-            "response lost on purpose (drop_after_charge_rate)",
-        ))
+        Err::<Bytes, _>(std::io::Error::other("response lost on purpose (drop_after_charge_rate)"))
     });
-    let mut response = (
-        status,
-        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        Body::from_stream(failing_body),
-    )
-        .into_response();
-    response
-        .extensions_mut()
-        .insert(Outcome("fault_lost_response"));
+    let mut response =
+        (status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], Body::from_stream(failing_body))
+            .into_response();
+    response.extensions_mut().insert(Outcome("fault_lost_response"));
     response
 }
 
@@ -383,13 +303,9 @@ async fn retrieve_payment_intent(
     let Path(id) = path?;
     let state = sim.state();
     // Objects are scoped per API key: another key's PaymentIntent does not exist for this one.
-    let intent = state
-        .accounts
-        .get(&api_key)
-        .and_then(|account| account.payment_intents.get(&id))
-        .ok_or_else(|| {
-            ApiError::resource_missing("payment_intent", &id, "intent")
-                .with_status(StatusCode::NOT_FOUND)
+    let intent =
+        state.accounts.get(&api_key).and_then(|account| account.payment_intents.get(&id)).ok_or_else(|| {
+            ApiError::resource_missing("payment_intent", &id, "intent").with_status(StatusCode::NOT_FOUND)
         })?;
     Ok(respond(saved_intent(intent), false))
 }
@@ -410,15 +326,9 @@ fn api_key(headers: &HeaderMap) -> Result<String, ApiError> {
     let key = if scheme.eq_ignore_ascii_case("bearer") {
         credentials.to_owned()
     } else if scheme.eq_ignore_ascii_case("basic") {
-        let decoded = BASE64
-            .decode(credentials)
-            .ok()
-            .and_then(|bytes| String::from_utf8(bytes).ok())
-            .unwrap_or_default();
-        decoded
-            .split_once(':')
-            .map_or(decoded.as_str(), |(user, _)| user)
-            .to_owned()
+        let decoded =
+            BASE64.decode(credentials).ok().and_then(|bytes| String::from_utf8(bytes).ok()).unwrap_or_default();
+        decoded.split_once(':').map_or(decoded.as_str(), |(user, _)| user).to_owned()
     } else {
         String::new()
     };
@@ -426,10 +336,7 @@ fn api_key(headers: &HeaderMap) -> Result<String, ApiError> {
         && (key.starts_with("sk_") || key.starts_with("rk_"))
         && key.bytes().all(|byte| byte.is_ascii_graphic());
     if !well_formed {
-        return Err(ApiError::unauthorized(format!(
-            "Invalid API Key provided: {}",
-            masked(&key)
-        )));
+        return Err(ApiError::unauthorized(format!("Invalid API Key provided: {}", masked(&key))));
     }
     Ok(key)
 }

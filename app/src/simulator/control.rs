@@ -32,9 +32,7 @@ struct Charges {
 }
 
 async fn charges(State(sim): State<Simulator>) -> Json<Charges> {
-    Json(Charges {
-        charges: sim.charges(),
-    })
+    Json(Charges { charges: sim.charges() })
 }
 
 async fn faults(State(sim): State<Simulator>) -> Json<Faults> {
@@ -51,11 +49,9 @@ async fn set_faults(
     let body = body?;
     // `Json::from_bytes` names the offending field ("latency_ms: invalid value: integer `-5`,
     // expected u64") and, unlike the extractor, does not insist on a `Content-Type`.
-    let Json(faults) = Json::<Faults>::from_bytes(&body).map_err(|rejection| {
-        ApiError::invalid_request(format!("Invalid faults JSON: {}", rejection.body_text()))
-    })?;
-    sim.set_faults(faults)
-        .map_err(|error| ApiError::invalid_request(format!("Invalid faults: {error}")))?;
+    let Json(faults) = Json::<Faults>::from_bytes(&body)
+        .map_err(|rejection| ApiError::invalid_request(format!("Invalid faults JSON: {}", rejection.body_text())))?;
+    sim.set_faults(faults).map_err(|error| ApiError::invalid_request(format!("Invalid faults: {error}")))?;
     Ok(Json(sim.faults()))
 }
 

@@ -85,11 +85,7 @@ impl ApiError {
             charge: None,
             payment_intent: None,
         });
-        Self {
-            status,
-            error,
-            should_retry: None,
-        }
+        Self { status, error, should_retry: None }
     }
 
     /// A 400 `invalid_request_error` with no code; chain [`Self::code`] and [`Self::param`].
@@ -113,9 +109,7 @@ impl ApiError {
     }
 
     pub fn parameter_missing(param: &str) -> Self {
-        Self::invalid_request(format!("Missing required param: {param}."))
-            .code("parameter_missing")
-            .param(param)
+        Self::invalid_request(format!("Missing required param: {param}.")).code("parameter_missing").param(param)
     }
 
     pub fn parameter_unknown(param: &str) -> Self {
@@ -141,9 +135,7 @@ impl ApiError {
 
     /// `kind` is Stripe's object name in messages, e.g. `PaymentMethod` or `payment_intent`.
     pub fn resource_missing(kind: &str, id: &str, param: &str) -> Self {
-        Self::invalid_request(format!("No such {kind}: '{id}'"))
-            .code("resource_missing")
-            .param(param)
+        Self::invalid_request(format!("No such {kind}: '{id}'")).code("resource_missing").param(param)
     }
 
     pub fn idempotency_mismatch() -> Self {
@@ -184,11 +176,7 @@ impl ApiError {
     /// A 402 `card_error` for a decline. (No `Stripe-Should-Retry`: only the status and body of
     /// an executed request are saved, and a replay must look like the original.)
     pub fn card_error(error: ErrorObject) -> Self {
-        Self {
-            status: StatusCode::PAYMENT_REQUIRED,
-            error: Box::new(error),
-            should_retry: None,
-        }
+        Self { status: StatusCode::PAYMENT_REQUIRED, error: Box::new(error), should_retry: None }
     }
 
     /// The JSON body, as saved for idempotent replays.
@@ -224,22 +212,15 @@ impl From<PathRejection> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (
-            self.status,
-            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            self.body(),
-        )
-            .into_response();
+        let mut response =
+            (self.status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], self.body()).into_response();
         let headers = response.headers_mut();
         if let Some(retry) = self.should_retry {
             let value = HeaderValue::from_static(if retry { "true" } else { "false" });
             headers.insert("stripe-should-retry", value);
         }
         if self.status == StatusCode::UNAUTHORIZED {
-            headers.insert(
-                WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"Stripe\""),
-            );
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"Stripe\""));
         }
         response.extensions_mut().insert(Outcome(self.outcome()));
         response

@@ -119,11 +119,8 @@ impl Faults {
         if sum > 1.0 + 1e-9 {
             return Err(FaultsError::RatesExceedOne { sum });
         }
-        let delays = [
-            ("latency_ms", self.latency_ms),
-            ("jitter_ms", self.jitter_ms),
-            ("timeout_hold_ms", self.timeout_hold_ms),
-        ];
+        let delays =
+            [("latency_ms", self.latency_ms), ("jitter_ms", self.jitter_ms), ("timeout_hold_ms", self.timeout_hold_ms)];
         for (field, value) in delays {
             if value > MAX_DELAY_MS {
                 return Err(FaultsError::DelayTooLong { field, value });
@@ -176,10 +173,7 @@ pub(crate) struct FaultState {
 
 impl Default for FaultState {
     fn default() -> Self {
-        Self {
-            faults: Faults::default(),
-            rng: fastrand::Rng::new(),
-        }
+        Self { faults: Faults::default(), rng: fastrand::Rng::new() }
     }
 }
 
@@ -191,9 +185,7 @@ impl FaultState {
     /// Replaces the faults (and reseeds the draws) if they are valid.
     pub fn set(&mut self, faults: Faults) -> Result<(), FaultsError> {
         faults.validate()?;
-        self.rng = faults
-            .seed
-            .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
+        self.rng = faults.seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed);
         self.faults = faults;
         Ok(())
     }
@@ -202,10 +194,7 @@ impl FaultState {
     /// `next_calls` if it is in scope.
     pub fn plan_execution(&mut self, payment_method: Option<&str>) -> Plan {
         if !self.faults.in_scope(payment_method) {
-            return Plan {
-                delay: Duration::ZERO,
-                action: Action::Execute,
-            };
+            return Plan { delay: Duration::ZERO, action: Action::Execute };
         }
         let delay = self.draw_delay();
         let faults = &self.faults;
@@ -225,11 +214,7 @@ impl FaultState {
 
     /// The delay before answering a replay: latency applies, nothing else, and it is not counted.
     pub fn replay_delay(&mut self, payment_method: Option<&str>) -> Duration {
-        if self.faults.in_scope(payment_method) {
-            self.draw_delay()
-        } else {
-            Duration::ZERO
-        }
+        if self.faults.in_scope(payment_method) { self.draw_delay() } else { Duration::ZERO }
     }
 
     fn draw_delay(&mut self) -> Duration {
@@ -268,84 +253,39 @@ mod tests {
             faults.validate().map_err(|error| error.to_string())
         };
         let rejected = [
-            (
-                faults(|f| f.fail_rate = 1.5),
-                "fail_rate must be a probability",
-            ),
-            (
-                faults(|f| f.timeout_rate = f64::NAN),
-                "timeout_rate must be a probability",
-            ),
-            (
-                faults(|f| f.drop_after_charge_rate = -0.1),
-                "drop_after_charge_rate must be",
-            ),
-            (
-                faults(|f| (f.fail_rate, f.timeout_rate) = (0.6, 0.6)),
-                "must be at most 1",
-            ),
-            (
-                faults(|f| f.latency_ms = 600_001),
-                "latency_ms must be at most",
-            ),
-            (
-                faults(|f| f.next_calls = Some(0)),
-                "next_calls must be at least 1",
-            ),
-            (
-                faults(|f| f.payment_method = Some(String::new())),
-                "must not be empty",
-            ),
+            (faults(|f| f.fail_rate = 1.5), "fail_rate must be a probability"),
+            (faults(|f| f.timeout_rate = f64::NAN), "timeout_rate must be a probability"),
+            (faults(|f| f.drop_after_charge_rate = -0.1), "drop_after_charge_rate must be"),
+            (faults(|f| (f.fail_rate, f.timeout_rate) = (0.6, 0.6)), "must be at most 1"),
+            (faults(|f| f.latency_ms = 600_001), "latency_ms must be at most"),
+            (faults(|f| f.next_calls = Some(0)), "next_calls must be at least 1"),
+            (faults(|f| f.payment_method = Some(String::new())), "must not be empty"),
         ];
         for (result, expected) in rejected {
             let message = result.expect_err(expected);
             assert!(message.contains(expected), "{message}");
         }
         // 0.1 + 0.2 + 0.7 is 1.0000000000000002 in floating point, and still valid.
-        let fits =
-            faults(|f| (f.fail_rate, f.timeout_rate, f.drop_after_charge_rate) = (0.1, 0.2, 0.7));
+        let fits = faults(|f| (f.fail_rate, f.timeout_rate, f.drop_after_charge_rate) = (0.1, 0.2, 0.7));
         assert_eq!(fits, Ok(()));
     }
 
     /// The same seed gives the same sequence of plans; rates are honoured roughly.
     #[test]
     fn seeded_draws_are_reproducible() {
-        let faults = Faults {
-            jitter_ms: 50,
-            fail_rate: 0.3,
-            drop_after_charge_rate: 0.3,
-            seed: Some(7),
-            ..Faults::default()
-        };
+        let faults =
+            Faults { jitter_ms: 50, fail_rate: 0.3, drop_after_charge_rate: 0.3, seed: Some(7), ..Faults::default() };
         let plans = |faults: &Faults| {
             let mut state = state(faults.clone());
-            (0..200)
-                .map(|_| state.plan_execution(Some("pm_card_visa")))
-                .collect::<Vec<_>>()
+            (0..200).map(|_| state.plan_execution(Some("pm_card_visa"))).collect::<Vec<_>>()
         };
         let first = plans(&faults);
         assert_eq!(first, plans(&faults));
-        let fails = first
-            .iter()
-            .filter(|plan| plan.action == Action::Fail)
-            .count();
-        let drops = first
-            .iter()
-            .filter(|plan| plan.action == Action::LoseResponse)
-            .count();
-        assert!(
-            (30..=90).contains(&fails),
-            "{fails} fails in 200 draws at 0.3"
-        );
-        assert!(
-            (30..=90).contains(&drops),
-            "{drops} drops in 200 draws at 0.3"
-        );
-        assert!(
-            first
-                .iter()
-                .all(|plan| plan.delay <= Duration::from_millis(50))
-        );
+        let fails = first.iter().filter(|plan| plan.action == Action::Fail).count();
+        let drops = first.iter().filter(|plan| plan.action == Action::LoseResponse).count();
+        assert!((30..=90).contains(&fails), "{fails} fails in 200 draws at 0.3");
+        assert!((30..=90).contains(&drops), "{drops} drops in 200 draws at 0.3");
+        assert!(first.iter().all(|plan| plan.delay <= Duration::from_millis(50)));
     }
 
     /// `next_calls` counts in-scope executions only, then clears every fault.
@@ -357,32 +297,13 @@ mod tests {
             next_calls: Some(2),
             ..Faults::default()
         });
-        assert_eq!(
-            state.plan_execution(Some("pm_card_visa")).action,
-            Action::Execute
-        );
-        assert_eq!(
-            state.replay_delay(Some("pm_card_mastercard")),
-            Duration::ZERO
-        );
-        assert_eq!(
-            state.faults().next_calls,
-            Some(2),
-            "out of scope and replays don't count"
-        );
-        assert_eq!(
-            state.plan_execution(Some("pm_card_mastercard")).action,
-            Action::Fail
-        );
+        assert_eq!(state.plan_execution(Some("pm_card_visa")).action, Action::Execute);
+        assert_eq!(state.replay_delay(Some("pm_card_mastercard")), Duration::ZERO);
+        assert_eq!(state.faults().next_calls, Some(2), "out of scope and replays don't count");
+        assert_eq!(state.plan_execution(Some("pm_card_mastercard")).action, Action::Fail);
         assert_eq!(state.faults().next_calls, Some(1));
-        assert_eq!(
-            state.plan_execution(Some("pm_card_mastercard")).action,
-            Action::Fail
-        );
+        assert_eq!(state.plan_execution(Some("pm_card_mastercard")).action, Action::Fail);
         assert_eq!(state.faults(), &Faults::default());
-        assert_eq!(
-            state.plan_execution(Some("pm_card_mastercard")).action,
-            Action::Execute
-        );
+        assert_eq!(state.plan_execution(Some("pm_card_mastercard")).action, Action::Execute);
     }
 }

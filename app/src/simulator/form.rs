@@ -103,10 +103,7 @@ impl CreateParams {
 
         for (key, value) in &form.pairs {
             let Some((name, inner)) = split_key(key) else {
-                return Err(
-                    ApiError::invalid_request(format!("Invalid parameter name: {key}"))
-                        .param(key.as_str()),
-                );
+                return Err(ApiError::invalid_request(format!("Invalid parameter name: {key}")).param(key.as_str()));
             };
             match (name, inner) {
                 ("amount", None) => amount = Some(parse_amount(value)?),
@@ -120,9 +117,7 @@ impl CreateParams {
                 ("metadata", None) => {
                     return Err(ApiError::invalid_request("Invalid hash").param("metadata"));
                 }
-                ("metadata", Some(meta_key)) => {
-                    set_metadata(&mut params.metadata, meta_key, value)?
-                }
+                ("metadata", Some(meta_key)) => set_metadata(&mut params.metadata, meta_key, value)?,
                 // Expansion only changes how related objects are rendered; every id the
                 // simulator returns is valid unexpanded, and async-stripe accepts either form.
                 ("expand", _) => {}
@@ -144,14 +139,9 @@ impl CreateParams {
         params.amount = amount.ok_or_else(|| ApiError::parameter_missing("amount"))?;
         params.currency = currency.ok_or_else(|| ApiError::parameter_missing("currency"))?;
         params.automatic_payment_methods = match (automatic_enabled, allow_redirects) {
-            (Some(enabled), allow_redirects) => Some(AutomaticPaymentMethods {
-                enabled,
-                allow_redirects,
-            }),
+            (Some(enabled), allow_redirects) => Some(AutomaticPaymentMethods { enabled, allow_redirects }),
             (None, Some(_)) => {
-                return Err(ApiError::parameter_missing(
-                    "automatic_payment_methods[enabled]",
-                ));
+                return Err(ApiError::parameter_missing("automatic_payment_methods[enabled]"));
             }
             (None, None) => None,
         };
@@ -175,16 +165,12 @@ fn parse_amount(value: &str) -> Result<i64, ApiError> {
         return Err(ApiError::parameter_empty("amount"));
     }
     let amount: i64 = value.parse().map_err(|_| {
-        ApiError::invalid_request(format!("Invalid integer: {value}"))
-            .code("parameter_invalid_integer")
-            .param("amount")
+        ApiError::invalid_request(format!("Invalid integer: {value}")).code("parameter_invalid_integer").param("amount")
     })?;
     if amount < 1 {
-        return Err(
-            ApiError::invalid_request("This value must be greater than or equal to 1.")
-                .code("parameter_invalid_integer")
-                .param("amount"),
-        );
+        return Err(ApiError::invalid_request("This value must be greater than or equal to 1.")
+            .code("parameter_invalid_integer")
+            .param("amount"));
     }
     Ok(amount)
 }
@@ -225,26 +211,15 @@ fn parse_capture_method(value: &str) -> Result<&'static str, ApiError> {
              captures every successful confirmation immediately.",
         )
         .param("capture_method")),
-        _ => Err(invalid_enum(
-            "capture_method",
-            value,
-            "automatic, automatic_async, manual",
-        )),
+        _ => Err(invalid_enum("capture_method", value, "automatic, automatic_async, manual")),
     }
 }
 
 fn invalid_enum(key: &str, value: &str, allowed: &str) -> ApiError {
-    ApiError::invalid_request(format!(
-        "Invalid {key}: must be one of {allowed} (got '{value}')"
-    ))
-    .param(key)
+    ApiError::invalid_request(format!("Invalid {key}: must be one of {allowed} (got '{value}')")).param(key)
 }
 
-fn set_metadata(
-    metadata: &mut BTreeMap<String, String>,
-    key: &str,
-    value: &str,
-) -> Result<(), ApiError> {
+fn set_metadata(metadata: &mut BTreeMap<String, String>, key: &str, value: &str) -> Result<(), ApiError> {
     let param = format!("metadata[{key}]");
     if key.is_empty() {
         return Err(ApiError::invalid_request("Metadata keys must not be empty.").param(param));
@@ -268,10 +243,8 @@ fn set_metadata(
     }
     metadata.insert(key.to_owned(), value.to_owned());
     if metadata.len() > METADATA_MAX_KEYS {
-        return Err(ApiError::invalid_request(format!(
-            "You can have up to {METADATA_MAX_KEYS} metadata keys."
-        ))
-        .param("metadata"));
+        return Err(ApiError::invalid_request(format!("You can have up to {METADATA_MAX_KEYS} metadata keys."))
+            .param("metadata"));
     }
     Ok(())
 }
@@ -281,9 +254,7 @@ mod tests {
     use std::collections::HashMap;
 
     use stripe::StripeRequest;
-    use stripe_core::payment_intent::{
-        CreatePaymentIntent, CreatePaymentIntentAutomaticPaymentMethods,
-    };
+    use stripe_core::payment_intent::{CreatePaymentIntent, CreatePaymentIntentAutomaticPaymentMethods};
 
     use super::*;
 
@@ -300,10 +271,8 @@ mod tests {
     /// indexed arrays, percent-encoded brackets inside keys) decodes to what was set.
     #[test]
     fn decodes_what_async_stripe_encodes() {
-        let metadata = HashMap::from([
-            ("order id".to_owned(), "a+b&c=d é [x]".to_owned()),
-            ("k[1]".to_owned(), "v".to_owned()),
-        ]);
+        let metadata =
+            HashMap::from([("order id".to_owned(), "a+b&c=d é [x]".to_owned()), ("k[1]".to_owned(), "v".to_owned())]);
         let request = CreatePaymentIntent::new(1234, Currency::EUR)
             .confirm(true)
             .payment_method("pm_card_visa")
@@ -324,18 +293,14 @@ mod tests {
         assert_eq!(parsed.metadata["k[1]"], "v");
         assert_eq!(
             parsed.automatic_payment_methods,
-            Some(AutomaticPaymentMethods {
-                enabled: true,
-                allow_redirects: None
-            })
+            Some(AutomaticPaymentMethods { enabled: true, allow_redirects: None })
         );
     }
 
     /// The forms curl and other clients send: `expand[]`, an upper-case currency, `false`.
     #[test]
     fn accepts_other_client_spellings() {
-        let parsed = params("amount=50&currency=USD&confirm=false&expand[]=latest_charge")
-            .expect("valid request");
+        let parsed = params("amount=50&currency=USD&confirm=false&expand[]=latest_charge").expect("valid request");
         assert_eq!(parsed.currency, "usd");
         assert!(!parsed.confirm);
         assert_eq!(parsed.capture_method, "automatic_async");
@@ -347,10 +312,7 @@ mod tests {
         let a = Form::parse(b"amount=1&currency=usd&metadata[a]=1&metadata[b]=2");
         let b = Form::parse(b"metadata[b]=2&currency=usd&amount=1&metadata[a]=1");
         assert_eq!(a.canonical(), b.canonical());
-        assert_ne!(
-            a.canonical(),
-            Form::parse(b"amount=2&currency=usd").canonical()
-        );
+        assert_ne!(a.canonical(), Form::parse(b"amount=2&currency=usd").canonical());
     }
 
     /// Each kind of bad input gets Stripe's code and names the parameter.
@@ -367,26 +329,11 @@ mod tests {
         assert_eq!(error_code("amount=&currency=usd"), empty);
         let unknown = (Some("parameter_unknown"), Some("customer".to_owned()));
         assert_eq!(error_code("amount=1&currency=usd&customer=cus_1"), unknown);
-        let unknown = (
-            Some("parameter_unknown"),
-            Some("automatic_payment_methods[x]".to_owned()),
-        );
-        assert_eq!(
-            error_code("amount=1&currency=usd&automatic_payment_methods[x]=1"),
-            unknown
-        );
-        assert_eq!(
-            error_code("amount=1&currency=xyz"),
-            (None, Some("currency".to_owned()))
-        );
-        assert_eq!(
-            error_code("amount=1&currency=usd&confirm=yes"),
-            (None, Some("confirm".to_owned()))
-        );
-        assert_eq!(
-            error_code("amount=1&currency=usd&a]=1"),
-            (None, Some("a]".to_owned()))
-        );
+        let unknown = (Some("parameter_unknown"), Some("automatic_payment_methods[x]".to_owned()));
+        assert_eq!(error_code("amount=1&currency=usd&automatic_payment_methods[x]=1"), unknown);
+        assert_eq!(error_code("amount=1&currency=xyz"), (None, Some("currency".to_owned())));
+        assert_eq!(error_code("amount=1&currency=usd&confirm=yes"), (None, Some("confirm".to_owned())));
+        assert_eq!(error_code("amount=1&currency=usd&a]=1"), (None, Some("a]".to_owned())));
         let no_pm = (Some("payment_intent_unexpected_state"), None);
         assert_eq!(error_code("amount=1&currency=usd&confirm=true"), no_pm);
     }

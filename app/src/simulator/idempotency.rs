@@ -44,14 +44,8 @@ pub(crate) type ClaimId = u64;
 
 #[derive(Debug)]
 enum Entry {
-    InFlight {
-        claim: ClaimId,
-        fingerprint: Fingerprint,
-    },
-    Saved {
-        fingerprint: Fingerprint,
-        response: SavedResponse,
-    },
+    InFlight { claim: ClaimId, fingerprint: Fingerprint },
+    Saved { fingerprint: Fingerprint, response: SavedResponse },
 }
 
 /// What to do with a request that carries an `Idempotency-Key`.
@@ -81,10 +75,7 @@ impl Keys {
             // Stripe answers 409 even if the parameters differ: the first request's outcome is
             // not known yet, and it is the more useful error for a client that retried too soon.
             Some(Entry::InFlight { .. }) => Begin::InUse,
-            Some(Entry::Saved {
-                fingerprint: saved,
-                response,
-            }) => {
+            Some(Entry::Saved { fingerprint: saved, response }) => {
                 if *saved == fingerprint {
                     Begin::Replay(response.clone())
                 } else {
@@ -92,8 +83,7 @@ impl Keys {
                 }
             }
             None => {
-                self.entries
-                    .insert(key.to_owned(), Entry::InFlight { claim, fingerprint });
+                self.entries.insert(key.to_owned(), Entry::InFlight { claim, fingerprint });
                 Begin::Execute(claim)
             }
         }
@@ -103,17 +93,8 @@ impl Keys {
     /// claim is no longer held, which happens only after a reset.
     pub fn save(&mut self, key: &str, claim: ClaimId, response: SavedResponse) -> bool {
         match self.entries.remove(key) {
-            Some(Entry::InFlight {
-                claim: held,
-                fingerprint,
-            }) if held == claim => {
-                self.entries.insert(
-                    key.to_owned(),
-                    Entry::Saved {
-                        fingerprint,
-                        response,
-                    },
-                );
+            Some(Entry::InFlight { claim: held, fingerprint }) if held == claim => {
+                self.entries.insert(key.to_owned(), Entry::Saved { fingerprint, response });
                 true
             }
             // Someone else's entry (possible only after a reset): put it back untouched.
@@ -127,8 +108,7 @@ impl Keys {
 
     /// Frees the key if `claim` still holds it.
     fn release(&mut self, key: &str, claim: ClaimId) {
-        if matches!(self.entries.get(key), Some(Entry::InFlight { claim: held, .. }) if *held == claim)
-        {
+        if matches!(self.entries.get(key), Some(Entry::InFlight { claim: held, .. }) if *held == claim) {
             self.entries.remove(key);
         }
     }
@@ -152,13 +132,7 @@ pub(crate) struct Claim {
 
 impl Claim {
     pub fn new(simulator: Simulator, api_key: String, key: String, id: ClaimId) -> Self {
-        Self {
-            simulator,
-            api_key,
-            key,
-            id,
-            saved: false,
-        }
+        Self { simulator, api_key, key, id, saved: false }
     }
 
     /// The `Idempotency-Key` this claim holds.
@@ -193,19 +167,12 @@ mod tests {
         Fingerprint {
             method: Method::POST,
             path: "/v1/payment_intents".to_owned(),
-            params: params
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            params: params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
         }
     }
 
     fn saved() -> SavedResponse {
-        SavedResponse {
-            status: StatusCode::OK,
-            body: Bytes::from_static(b"{}"),
-            outcome: "ok",
-        }
+        SavedResponse { status: StatusCode::OK, body: Bytes::from_static(b"{}"), outcome: "ok" }
     }
 
     /// Claim → in use → saved → replay or mismatch; releases only free their own claim.
@@ -219,18 +186,12 @@ mod tests {
         assert!(matches!(keys.begin("k", b.clone(), 3), Begin::InUse));
         assert!(!keys.save("k", 2, saved()), "only the holder saves");
         keys.release("k", 2);
-        assert!(
-            matches!(keys.begin("k", a.clone(), 4), Begin::InUse),
-            "only the holder releases"
-        );
+        assert!(matches!(keys.begin("k", a.clone(), 4), Begin::InUse), "only the holder releases");
         assert!(keys.save("k", 1, saved()));
         assert!(matches!(keys.begin("k", a.clone(), 5), Begin::Replay(_)));
         assert!(matches!(keys.begin("k", b, 6), Begin::Mismatch));
         keys.release("k", 1);
-        assert!(
-            matches!(keys.begin("k", a, 7), Begin::Replay(_)),
-            "a saved result stays"
-        );
+        assert!(matches!(keys.begin("k", a, 7), Begin::Replay(_)), "a saved result stays");
     }
 
     /// A released claim frees the key for a new execution.

@@ -167,11 +167,7 @@ impl Simulator {
     /// are answered with a 500 and execute nothing (see `State::epoch`).
     fn reset(&self) {
         let mut state = self.state();
-        *state = State {
-            epoch: state.epoch + 1,
-            next_claim: state.next_claim,
-            ..State::default()
-        };
+        *state = State { epoch: state.epoch + 1, next_claim: state.next_claim, ..State::default() };
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -193,11 +189,7 @@ impl std::fmt::Debug for Simulator {
 async fn log_request(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    let idempotency_key = request
-        .headers()
-        .get("idempotency-key")
-        .and_then(|key| key.to_str().ok())
-        .map(str::to_owned);
+    let idempotency_key = request.headers().get("idempotency-key").and_then(|key| key.to_str().ok()).map(str::to_owned);
     let response = next.run(request).await;
     tracing::debug!(
         %method,
@@ -235,12 +227,7 @@ pub async fn start(addr: SocketAddr) -> std::io::Result<RunningSimulator> {
         // A send and a dropped sender both mean "stop".
         let _ = shutdown_requested.await;
     }));
-    Ok(RunningSimulator {
-        addr,
-        simulator,
-        shutdown: Some(shutdown),
-        task: Some(task),
-    })
+    Ok(RunningSimulator { addr, simulator, shutdown: Some(shutdown), task: Some(task) })
 }
 
 impl RunningSimulator {
@@ -296,7 +283,5 @@ pub async fn serve(
     sim: Simulator,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, sim.router())
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, sim.router()).with_graceful_shutdown(shutdown).await
 }

@@ -134,9 +134,7 @@ pub(crate) fn new_id(prefix: &str) -> String {
 
 fn random_alphanumeric(len: usize) -> String {
     // Ids only need to be unique, not unguessable: 62^24 makes a collision practically impossible.
-    std::iter::repeat_with(fastrand::alphanumeric)
-        .take(len)
-        .collect()
+    std::iter::repeat_with(fastrand::alphanumeric).take(len).collect()
 }
 
 /// Unix seconds, as Stripe's `created` fields.
@@ -144,9 +142,7 @@ pub(crate) fn now() -> i64 {
     // A clock before 1970 is a broken machine, not a client error; 0 keeps the simulator serving.
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX)
-        })
+        .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Serialises one of the simulator's own response types.

@@ -24,11 +24,7 @@ pub(crate) struct Decline {
 }
 
 const fn declined(decline_code: &'static str, message: &'static str) -> CardBehaviour {
-    CardBehaviour::Declines(Decline {
-        code: "card_declined",
-        decline_code,
-        message,
-    })
+    CardBehaviour::Declines(Decline { code: "card_declined", decline_code, message })
 }
 
 const DECLINED: &str = "Your card was declined.";
@@ -41,26 +37,11 @@ const TEST_PAYMENT_METHODS: &[(&str, CardBehaviour)] = &[
     ("pm_card_mastercard_debit", CardBehaviour::Succeeds),
     ("pm_card_amex", CardBehaviour::Succeeds),
     ("pm_card_discover", CardBehaviour::Succeeds),
-    (
-        "pm_card_chargeDeclined",
-        declined("generic_decline", DECLINED),
-    ),
-    (
-        "pm_card_chargeDeclinedInsufficientFunds",
-        declined("insufficient_funds", "Your card has insufficient funds."),
-    ),
-    (
-        "pm_card_chargeDeclinedFraudulent",
-        declined("fraudulent", DECLINED),
-    ),
-    (
-        "pm_card_chargeDeclinedLostCard",
-        declined("lost_card", DECLINED),
-    ),
-    (
-        "pm_card_chargeDeclinedStolenCard",
-        declined("stolen_card", DECLINED),
-    ),
+    ("pm_card_chargeDeclined", declined("generic_decline", DECLINED)),
+    ("pm_card_chargeDeclinedInsufficientFunds", declined("insufficient_funds", "Your card has insufficient funds.")),
+    ("pm_card_chargeDeclinedFraudulent", declined("fraudulent", DECLINED)),
+    ("pm_card_chargeDeclinedLostCard", declined("lost_card", DECLINED)),
+    ("pm_card_chargeDeclinedStolenCard", declined("stolen_card", DECLINED)),
     (
         "pm_card_chargeDeclinedExpiredCard",
         CardBehaviour::Declines(Decline {
@@ -73,10 +54,7 @@ const TEST_PAYMENT_METHODS: &[(&str, CardBehaviour)] = &[
 
 /// The behaviour of a test payment method, or `None` if no such payment method exists.
 pub(crate) fn lookup(id: &str) -> Option<CardBehaviour> {
-    TEST_PAYMENT_METHODS
-        .iter()
-        .find(|(known, _)| *known == id)
-        .map(|(_, behaviour)| *behaviour)
+    TEST_PAYMENT_METHODS.iter().find(|(known, _)| *known == id).map(|(_, behaviour)| *behaviour)
 }
 
 #[cfg(test)]
@@ -87,14 +65,10 @@ mod tests {
     #[test]
     fn known_test_cards() {
         assert_eq!(lookup("pm_card_visa"), Some(CardBehaviour::Succeeds));
-        let Some(CardBehaviour::Declines(decline)) = lookup("pm_card_chargeDeclinedExpiredCard")
-        else {
+        let Some(CardBehaviour::Declines(decline)) = lookup("pm_card_chargeDeclinedExpiredCard") else {
             panic!("the expired card declines");
         };
-        assert_eq!(
-            (decline.code, decline.decline_code),
-            ("expired_card", "expired_card")
-        );
+        assert_eq!((decline.code, decline.decline_code), ("expired_card", "expired_card"));
         assert_eq!(lookup("pm_card_unknown"), None);
         assert_eq!(lookup("pm_card_Visa"), None, "ids are case-sensitive");
     }

@@ -10,11 +10,7 @@ use super::{API_KEY, PAYMENT_FORM, Response, TestSim, stripe_error};
 use crate::simulator::{Charge, Faults, FaultsError};
 
 async fn put_faults(sim: &TestSim, body: &str) -> Response {
-    Response::send(
-        sim.request(Method::PUT, "_sim/faults")
-            .body(body.to_owned()),
-    )
-    .await
+    Response::send(sim.request(Method::PUT, "_sim/faults").body(body.to_owned())).await
 }
 
 /// Bad JSON, unknown fields and out-of-range values are 400s whose message says what is wrong;
@@ -27,29 +23,18 @@ async fn bad_faults_are_rejected_with_a_clear_message() {
         ("{not json", "Invalid faults JSON"),
         (r#"{"fail_rat": 1}"#, "unknown field `fail_rat`"),
         (r#"{"latency_ms": -5}"#, "latency_ms"),
-        (
-            r#"{"fail_rate": 1.5}"#,
-            "fail_rate must be a probability between 0 and 1",
-        ),
-        (
-            r#"{"fail_rate": 0.5, "timeout_rate": 0.6}"#,
-            "must be at most 1",
-        ),
+        (r#"{"fail_rate": 1.5}"#, "fail_rate must be a probability between 0 and 1"),
+        (r#"{"fail_rate": 0.5, "timeout_rate": 0.6}"#, "must be at most 1"),
         (r#"{"next_calls": 0}"#, "next_calls must be at least 1"),
     ] {
         let response = put_faults(&sim, body).await;
         assert_eq!(response.status, 400, "{body}");
-        let message = response.body["error"]["message"]
-            .as_str()
-            .unwrap_or_default();
+        let message = response.body["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(expected), "{body}: {message}");
     }
     assert_eq!(sim.sim().faults(), Faults::default());
 
-    let direct = sim.sim().set_faults(Faults {
-        drop_after_charge_rate: -0.1,
-        ..Faults::default()
-    });
+    let direct = sim.sim().set_faults(Faults { drop_after_charge_rate: -0.1, ..Faults::default() });
     let field = match direct {
         Err(FaultsError::RateOutOfRange { field, .. }) => field,
         other => panic!("expected RateOutOfRange, got {other:?}"),
@@ -66,23 +51,10 @@ async fn faults_round_trip() {
 
     assert_eq!(response.status, 200);
     assert_eq!(response.body["timeout_hold_ms"], 35_000);
-    let expected = Faults {
-        latency_ms: 5,
-        jitter_ms: 2,
-        seed: Some(3),
-        ..Faults::default()
-    };
-    assert_eq!(
-        serde_json::from_value::<Faults>(response.body).expect("Faults"),
-        expected
-    );
-    let stored = Response::send(sim.request(Method::GET, "_sim/faults"))
-        .await
-        .body;
-    assert_eq!(
-        serde_json::from_value::<Faults>(stored).expect("Faults"),
-        expected
-    );
+    let expected = Faults { latency_ms: 5, jitter_ms: 2, seed: Some(3), ..Faults::default() };
+    assert_eq!(serde_json::from_value::<Faults>(response.body).expect("Faults"), expected);
+    let stored = Response::send(sim.request(Method::GET, "_sim/faults")).await.body;
+    assert_eq!(serde_json::from_value::<Faults>(stored).expect("Faults"), expected);
 }
 
 /// `GET /_sim/charges` is the ledger: the same entries as `Simulator::charges`, in order.
@@ -93,16 +65,11 @@ async fn charges_endpoint_lists_the_ledger() {
         sim.pay("pm_card_visa", key).await.expect("paid");
     }
 
-    let body = Response::send(sim.request(Method::GET, "_sim/charges"))
-        .await
-        .body;
+    let body = Response::send(sim.request(Method::GET, "_sim/charges")).await.body;
     let charges: Vec<Charge> = serde_json::from_value(body["charges"].clone()).expect("charges");
 
     assert_eq!(charges, sim.sim().charges());
-    let keys: Vec<_> = charges
-        .iter()
-        .map(|charge| charge.idempotency_key.as_deref())
-        .collect();
+    let keys: Vec<_> = charges.iter().map(|charge| charge.idempotency_key.as_deref()).collect();
     assert_eq!(keys, [Some("first"), Some("second")]);
 }
 
@@ -120,10 +87,7 @@ async fn reset_forgets_everything() {
     assert_eq!(sim.sim().faults(), Faults::default());
     let id = before.body["id"].as_str().expect("a PaymentIntent id");
     let lookup = sim.request(Method::GET, &format!("v1/payment_intents/{id}"));
-    assert_eq!(
-        Response::send(lookup.bearer_auth(API_KEY)).await.status,
-        404
-    );
+    assert_eq!(Response::send(lookup.bearer_auth(API_KEY)).await.status, 404);
     let after = sim.post_form(Some("order-1"), PAYMENT_FORM).await;
     assert_eq!((after.status, after.replayed), (200, false));
     assert_ne!(after.body["id"], before.body["id"]);
@@ -146,8 +110,6 @@ async fn reset_during_a_request_executes_nothing() {
     assert_eq!(reset.status, 204);
     assert_eq!(stripe_error(paid, 500).type_, ApiErrorsType::ApiError);
     assert!(sim.sim().charges().is_empty());
-    sim.pay("pm_card_visa", "order-1")
-        .await
-        .expect("the key is free");
+    sim.pay("pm_card_visa", "order-1").await.expect("the key is free");
     assert_eq!(sim.sim().charges().len(), 1);
 }

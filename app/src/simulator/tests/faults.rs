@@ -44,10 +44,7 @@ async fn lost_response_is_a_transport_error_but_the_charge_is_saved() {
 
     let lost = sim.pay("pm_card_visa", "order-1").await;
 
-    assert!(
-        matches!(lost, Err(StripeError::ClientError(_))),
-        "a transport error: {lost:?}"
-    );
+    assert!(matches!(lost, Err(StripeError::ClientError(_))), "a transport error: {lost:?}");
     let charges = sim.sim().charges();
     assert_eq!(charges.len(), 1, "charged although the client never heard");
     assert_eq!(charges[0].idempotency_key.as_deref(), Some("order-1"));
@@ -63,8 +60,7 @@ async fn lost_response_is_a_transport_error_but_the_charge_is_saved() {
 #[tokio::test]
 async fn timed_out_request_still_charges_and_the_retry_replays() {
     let sim = TestSim::start().await;
-    sim.set_faults(json!({"timeout_rate": 1.0, "timeout_hold_ms": 600}))
-        .await;
+    sim.set_faults(json!({"timeout_rate": 1.0, "timeout_hold_ms": 600})).await;
     let client = sim.stripe();
     let request = payment("pm_card_visa");
 
@@ -74,23 +70,13 @@ async fn timed_out_request_still_charges_and_the_retry_replays() {
         .timeout(Duration::from_millis(50))
         .send(&client)
         .await;
-    assert!(
-        matches!(timed_out, Err(StripeError::Timeout)),
-        "{timed_out:?}"
-    );
+    assert!(matches!(timed_out, Err(StripeError::Timeout)), "{timed_out:?}");
 
     let too_soon = send(&client, &request, "order-1").await;
-    assert_eq!(
-        stripe_error(too_soon, 409).code,
-        Some(ApiErrorsCode::IdempotencyKeyInUse)
-    );
+    assert_eq!(stripe_error(too_soon, 409).code, Some(ApiErrorsCode::IdempotencyKeyInUse));
 
     let charges = sim.wait_for_charges(1).await;
-    assert_eq!(
-        charges.len(),
-        1,
-        "the held request charged after its client left"
-    );
+    assert_eq!(charges.len(), 1, "the held request charged after its client left");
     let retry = send(&client, &request, "order-1").await.expect("replayed");
     assert_eq!(retry.id.as_str(), charges[0].payment_intent);
     assert_eq!(sim.sim().charges().len(), 1);
@@ -111,11 +97,7 @@ async fn replays_are_not_failed_held_or_dropped() {
         sim.set_faults(faults).await;
         let replay = sim.pay("pm_card_visa", "order-1").await;
         assert_eq!(replay.expect("the saved result").id, intent.id);
-        assert_eq!(
-            sim.sim().faults().next_calls,
-            Some(1),
-            "a replay is not counted"
-        );
+        assert_eq!(sim.sim().faults().next_calls, Some(1), "a replay is not counted");
     }
     assert_eq!(sim.sim().charges().len(), 1);
 }
@@ -124,8 +106,7 @@ async fn replays_are_not_failed_held_or_dropped() {
 #[tokio::test]
 async fn faults_scoped_to_a_payment_method() {
     let sim = TestSim::start().await;
-    sim.set_faults(json!({"fail_rate": 1.0, "payment_method": "pm_card_mastercard"}))
-        .await;
+    sim.set_faults(json!({"fail_rate": 1.0, "payment_method": "pm_card_mastercard"})).await;
 
     let visa = sim.pay("pm_card_visa", "visa").await;
     let mastercard = sim.pay("pm_card_mastercard", "mastercard").await;
@@ -142,15 +123,10 @@ async fn faults_scoped_to_a_payment_method() {
 #[tokio::test]
 async fn next_calls_limits_faults_then_clears_them() {
     let sim = TestSim::start().await;
-    sim.set_faults(json!({"fail_rate": 1.0, "next_calls": 2}))
-        .await;
+    sim.set_faults(json!({"fail_rate": 1.0, "next_calls": 2})).await;
     let remaining = || async {
-        let faults = Response::send(sim.request(Method::GET, "_sim/faults"))
-            .await
-            .body;
-        serde_json::from_value::<Faults>(faults)
-            .expect("Faults JSON")
-            .next_calls
+        let faults = Response::send(sim.request(Method::GET, "_sim/faults")).await.body;
+        serde_json::from_value::<Faults>(faults).expect("Faults JSON").next_calls
     };
 
     assert_eq!(remaining().await, Some(2));

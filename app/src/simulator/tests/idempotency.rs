@@ -15,12 +15,8 @@ async fn replay_returns_the_saved_payment_intent_without_charging_again() {
     let first = sim.pay("pm_card_visa", "order-1").await.expect("paid");
     let second = sim.pay("pm_card_visa", "order-1").await.expect("replayed");
     assert_eq!(second.id, first.id);
-    let charge_id = |intent: &stripe_core::PaymentIntent| {
-        intent
-            .latest_charge
-            .as_ref()
-            .map(|charge| charge.id().to_string())
-    };
+    let charge_id =
+        |intent: &stripe_core::PaymentIntent| intent.latest_charge.as_ref().map(|charge| charge.id().to_string());
     assert_eq!(charge_id(&second), charge_id(&first));
 
     // The same parameters in another order are the same request.
@@ -74,9 +70,7 @@ async fn same_key_other_parameters_is_an_idempotency_error() {
 async fn validation_errors_are_not_saved() {
     let sim = TestSim::start().await;
 
-    let invalid = sim
-        .post_form(Some("k"), &[("amount", "12.50"), ("currency", "usd")])
-        .await;
+    let invalid = sim.post_form(Some("k"), &[("amount", "12.50"), ("currency", "usd")]).await;
     assert_eq!(invalid.status, 400);
     assert_eq!(invalid.body["error"]["code"], "parameter_invalid_integer");
 
@@ -112,9 +106,6 @@ async fn concurrent_requests_with_one_key_charge_once() {
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0].payment_intent, succeeded.id.as_str());
 
-    let retry = sim
-        .pay("pm_card_visa", "double-click")
-        .await
-        .expect("replayed");
+    let retry = sim.pay("pm_card_visa", "double-click").await.expect("replayed");
     assert_eq!(retry.id, succeeded.id);
 }

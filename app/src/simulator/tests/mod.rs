@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
-use stripe::{
-    ApiErrors, Client, ClientBuilder, IdempotencyKey, RequestStrategy, StripeError, StripeRequest,
-};
+use stripe::{ApiErrors, Client, ClientBuilder, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::PaymentIntent;
 use stripe_core::payment_intent::CreatePaymentIntent;
 use stripe_types::Currency;
@@ -31,13 +29,8 @@ struct TestSim {
 
 impl TestSim {
     async fn start() -> Self {
-        let running = start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-            .await
-            .expect("bind port 0");
-        Self {
-            running,
-            http: reqwest::Client::new(),
-        }
+        let running = start(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).await.expect("bind port 0");
+        Self { running, http: reqwest::Client::new() }
     }
 
     fn sim(&self) -> &Simulator {
@@ -46,10 +39,7 @@ impl TestSim {
 
     /// async-stripe, configured as payonce configures it, with another API key.
     fn stripe_with_key(&self, api_key: &str) -> Client {
-        ClientBuilder::new(api_key)
-            .url(self.running.base_url())
-            .build()
-            .expect("valid client")
+        ClientBuilder::new(api_key).url(self.running.base_url()).build().expect("valid client")
     }
 
     fn stripe(&self) -> Client {
@@ -63,11 +53,7 @@ impl TestSim {
     }
 
     fn url(&self, path: &str) -> String {
-        format!(
-            "{}{}",
-            self.running.base_url(),
-            path.trim_start_matches('/')
-        )
+        format!("{}{}", self.running.base_url(), path.trim_start_matches('/'))
     }
 
     /// A raw request to `path` (relative to the base URL), not yet sent.
@@ -77,10 +63,7 @@ impl TestSim {
 
     /// A raw `POST /v1/payment_intents` with the default API key.
     async fn post_form(&self, idempotency_key: Option<&str>, form: &[(&str, &str)]) -> Response {
-        let mut request = self
-            .request(Method::POST, "v1/payment_intents")
-            .bearer_auth(API_KEY)
-            .form(form);
+        let mut request = self.request(Method::POST, "v1/payment_intents").bearer_auth(API_KEY).form(form);
         if let Some(key) = idempotency_key {
             request = request.header("Idempotency-Key", key);
         }
@@ -121,22 +104,11 @@ impl Response {
     async fn send(request: RequestBuilder) -> Self {
         let response = request.send().await.expect("the simulator answers");
         let status = response.status().as_u16();
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_owned)
-        };
+        let header = |name: &str| response.headers().get(name).and_then(|value| value.to_str().ok()).map(str::to_owned);
         let replayed = header("idempotent-replayed").as_deref() == Some("true");
         let should_retry = header("stripe-should-retry");
         let body = response.json().await.unwrap_or(Value::Null);
-        Self {
-            status,
-            replayed,
-            should_retry,
-            body,
-        }
+        Self { status, replayed, should_retry, body }
     }
 }
 
@@ -145,10 +117,7 @@ fn payment(payment_method: &str) -> CreatePaymentIntent {
     CreatePaymentIntent::new(1250, Currency::USD)
         .confirm(true)
         .payment_method(payment_method)
-        .metadata(HashMap::from([(
-            "order_id".to_owned(),
-            "order-1".to_owned(),
-        )]))
+        .metadata(HashMap::from([("order_id".to_owned(), "order-1".to_owned())]))
 }
 
 /// The same payment as raw form fields (async-stripe's encoding, in another order).
@@ -165,16 +134,8 @@ fn idempotent(key: &str) -> RequestStrategy {
 }
 
 /// Sends a create call the way payonce does: one attempt, with our own key.
-async fn send(
-    client: &Client,
-    request: &CreatePaymentIntent,
-    key: &str,
-) -> Result<PaymentIntent, StripeError> {
-    request
-        .customize()
-        .request_strategy(idempotent(key))
-        .send(client)
-        .await
+async fn send(client: &Client, request: &CreatePaymentIntent, key: &str) -> Result<PaymentIntent, StripeError> {
+    request.customize().request_strategy(idempotent(key)).send(client).await
 }
 
 /// The Stripe error of a failed call, after checking its HTTP status; panics on any other

@@ -17,10 +17,7 @@ async fn confirmed_payment_succeeds_and_is_charged_once() {
     let sim = TestSim::start().await;
     let client = sim.stripe();
 
-    let intent = sim
-        .pay("pm_card_visa", "order-1-attempt")
-        .await
-        .expect("paid");
+    let intent = sim.pay("pm_card_visa", "order-1-attempt").await.expect("paid");
 
     assert_eq!(intent.status, PaymentIntentStatus::Succeeded);
     assert_eq!((intent.amount, intent.amount_received), (1250, 1250));
@@ -30,12 +27,7 @@ async fn confirmed_payment_succeeds_and_is_charged_once() {
     assert_eq!(intent.metadata["order_id"], "order-1");
     let client_secret = intent.client_secret.clone().expect("a client secret");
     assert!(client_secret.starts_with(&format!("{}_secret_", intent.id.as_str())));
-    let latest_charge = intent
-        .latest_charge
-        .as_ref()
-        .expect("a charge")
-        .id()
-        .to_string();
+    let latest_charge = intent.latest_charge.as_ref().expect("a charge").id().to_string();
 
     let charges = sim.sim().charges();
     assert_eq!(charges.len(), 1);
@@ -47,14 +39,9 @@ async fn confirmed_payment_succeeds_and_is_charged_once() {
     assert_eq!(charge.payment_method, "pm_card_visa");
     assert_eq!(charge.metadata["order_id"], "order-1");
 
-    let fetched = RetrievePaymentIntent::new(intent.id.clone())
-        .send(&client)
-        .await;
+    let fetched = RetrievePaymentIntent::new(intent.id.clone()).send(&client).await;
     let fetched = fetched.expect("found");
-    assert_eq!(
-        (fetched.id, fetched.status),
-        (intent.id, PaymentIntentStatus::Succeeded)
-    );
+    assert_eq!((fetched.id, fetched.status), (intent.id, PaymentIntentStatus::Succeeded));
 }
 
 /// Without `confirm`, a PaymentIntent waits for confirmation (or a payment method) and nothing
@@ -70,13 +57,8 @@ async fn unconfirmed_payment_intents_are_not_charged() {
     assert_eq!(intent.amount_received, 0);
     assert!(intent.latest_charge.is_none());
 
-    let intent = CreatePaymentIntent::new(500, Currency::EUR)
-        .send(&client)
-        .await;
-    assert_eq!(
-        intent.expect("created").status,
-        PaymentIntentStatus::RequiresPaymentMethod
-    );
+    let intent = CreatePaymentIntent::new(500, Currency::EUR).send(&client).await;
+    assert_eq!(intent.expect("created").status, PaymentIntentStatus::RequiresPaymentMethod);
 
     assert!(sim.sim().charges().is_empty());
 }
@@ -87,34 +69,21 @@ async fn unconfirmed_payment_intents_are_not_charged() {
 async fn declines_are_402_card_errors_with_the_payment_intent() {
     let sim = TestSim::start().await;
 
-    let declined = sim
-        .pay("pm_card_chargeDeclinedInsufficientFunds", "k1")
-        .await;
+    let declined = sim.pay("pm_card_chargeDeclinedInsufficientFunds", "k1").await;
     let error = stripe_error(declined, 402);
     assert_eq!(error.type_, ApiErrorsType::CardError);
     assert_eq!(error.code, Some(ApiErrorsCode::CardDeclined));
     assert_eq!(error.decline_code.as_deref(), Some("insufficient_funds"));
     let intent = error.payment_intent.expect("the PaymentIntent is attached");
     assert_eq!(intent.status, PaymentIntentStatus::RequiresPaymentMethod);
-    let last_error = intent
-        .last_payment_error
-        .expect("last_payment_error is set");
-    assert_eq!(
-        last_error.decline_code.as_deref(),
-        Some("insufficient_funds")
-    );
+    let last_error = intent.last_payment_error.expect("last_payment_error is set");
+    assert_eq!(last_error.decline_code.as_deref(), Some("insufficient_funds"));
     assert_eq!(last_error.charge, error.charge);
 
     let expired = sim.pay("pm_card_chargeDeclinedExpiredCard", "k2").await;
-    assert_eq!(
-        stripe_error(expired, 402).code,
-        Some(ApiErrorsCode::ExpiredCard)
-    );
+    assert_eq!(stripe_error(expired, 402).code, Some(ApiErrorsCode::ExpiredCard));
     let generic = sim.pay("pm_card_chargeDeclined", "k3").await;
-    assert_eq!(
-        stripe_error(generic, 402).decline_code.as_deref(),
-        Some("generic_decline")
-    );
+    assert_eq!(stripe_error(generic, 402).decline_code.as_deref(), Some("generic_decline"));
 
     assert!(sim.sim().charges().is_empty(), "a decline is not a charge");
 }
@@ -124,17 +93,11 @@ async fn declines_are_402_card_errors_with_the_payment_intent() {
 async fn unknown_payment_method_is_resource_missing() {
     let sim = TestSim::start().await;
 
-    let error = stripe_error(
-        send(&sim.stripe(), &payment("pm_card_bogus"), "k").await,
-        400,
-    );
+    let error = stripe_error(send(&sim.stripe(), &payment("pm_card_bogus"), "k").await, 400);
 
     assert_eq!(error.type_, ApiErrorsType::InvalidRequestError);
     assert_eq!(error.code, Some(ApiErrorsCode::ResourceMissing));
-    assert_eq!(
-        error.message.as_deref(),
-        Some("No such PaymentMethod: 'pm_card_bogus'")
-    );
+    assert_eq!(error.message.as_deref(), Some("No such PaymentMethod: 'pm_card_bogus'"));
     assert_eq!(error.param.as_deref(), Some("payment_method"));
     assert!(sim.sim().charges().is_empty());
 }
@@ -145,11 +108,7 @@ async fn unknown_payment_method_is_resource_missing() {
 async fn unknown_parameters_and_json_bodies_are_rejected() {
     let sim = TestSim::start().await;
 
-    let form = [
-        ("amount", "100"),
-        ("currency", "usd"),
-        ("customer", "cus_1"),
-    ];
+    let form = [("amount", "100"), ("currency", "usd"), ("customer", "cus_1")];
     let unknown = sim.post_form(None, &form).await;
     assert_eq!(unknown.status, 400);
     assert_eq!(unknown.body["error"]["type"], "invalid_request_error");
@@ -161,9 +120,7 @@ async fn unknown_parameters_and_json_bodies_are_rejected() {
     assert_eq!(missing.body["error"]["code"], "parameter_missing");
 
     let json = serde_json::json!({"amount": 100, "currency": "usd"});
-    let request = sim
-        .request(Method::POST, "v1/payment_intents")
-        .bearer_auth(API_KEY);
+    let request = sim.request(Method::POST, "v1/payment_intents").bearer_auth(API_KEY);
     let json = Response::send(request.json(&json)).await;
     assert_eq!(json.status, 400);
     assert_eq!(json.body["error"]["type"], "invalid_request_error");
@@ -175,10 +132,7 @@ async fn unknown_parameters_and_json_bodies_are_rejected() {
 #[tokio::test]
 async fn authentication() {
     let sim = TestSim::start().await;
-    let create = || {
-        sim.request(Method::POST, "v1/payment_intents")
-            .form(&[("amount", "100"), ("currency", "usd")])
-    };
+    let create = || sim.request(Method::POST, "v1/payment_intents").form(&[("amount", "100"), ("currency", "usd")]);
 
     let anonymous = Response::send(create()).await;
     assert_eq!(anonymous.status, 401);
@@ -203,35 +157,20 @@ async fn objects_and_keys_are_scoped_per_api_key() {
     let alice = sim.stripe_with_key("sk_test_alice");
     let bob = sim.stripe_with_key("sk_test_bob");
 
-    let alices = send(&alice, &payment("pm_card_visa"), "shared-key")
-        .await
-        .expect("paid");
-    let bobs = send(&bob, &payment("pm_card_visa"), "shared-key")
-        .await
-        .expect("paid");
-    assert_ne!(
-        alices.id, bobs.id,
-        "the same Idempotency-Key under two API keys is two payments"
-    );
+    let alices = send(&alice, &payment("pm_card_visa"), "shared-key").await.expect("paid");
+    let bobs = send(&bob, &payment("pm_card_visa"), "shared-key").await.expect("paid");
+    assert_ne!(alices.id, bobs.id, "the same Idempotency-Key under two API keys is two payments");
     assert_eq!(sim.sim().charges().len(), 2);
 
-    let hidden = RetrievePaymentIntent::new(alices.id.clone())
-        .send(&bob)
-        .await;
-    assert_eq!(
-        stripe_error(hidden, 404).code,
-        Some(ApiErrorsCode::ResourceMissing)
-    );
+    let hidden = RetrievePaymentIntent::new(alices.id.clone()).send(&bob).await;
+    assert_eq!(stripe_error(hidden, 404).code, Some(ApiErrorsCode::ResourceMissing));
 }
 
 /// URLs outside the subset get Stripe's 404 envelope, not an empty or plain-text response.
 #[tokio::test]
 async fn unknown_urls_are_stripe_404s() {
     let sim = TestSim::start().await;
-    for (method, path) in [
-        (Method::GET, "v1/customers"),
-        (Method::DELETE, "v1/payment_intents"),
-    ] {
+    for (method, path) in [(Method::GET, "v1/customers"), (Method::DELETE, "v1/payment_intents")] {
         let response = Response::send(sim.request(method, path).bearer_auth(API_KEY)).await;
         assert_eq!(response.status, 404, "{path}");
         assert_eq!(response.body["error"]["type"], "invalid_request_error");
@@ -242,9 +181,7 @@ async fn unknown_urls_are_stripe_404s() {
 /// after `shutdown` nothing listens any more.
 #[tokio::test]
 async fn base_url_and_graceful_shutdown() {
-    let running = start(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))
-        .await
-        .expect("bind");
+    let running = start(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))).await.expect("bind");
     let port = running.addr().port();
     assert_eq!(running.base_url(), format!("http://127.0.0.1:{port}/"));
 
