@@ -152,20 +152,47 @@ impl LocalPostgres {
     /// this handle started it, and waits until it has stopped. A no-op for a reused server, which
     /// belongs to whoever started it.
     pub async fn stop(self) -> Result<(), LocalPostgresError> {
-        let Some(server) = self.started else {
+        if self.started.is_none() {
+            return Ok(());
+        }
+        self.pg_ctl_stop("fast").await
+    }
+
+    /// Stops the server the way a crash would (`pg_ctl stop -m immediate`: no checkpoint; the next
+    /// start runs crash recovery). For outage drills and the tests that prove payonce survives
+    /// its database going away. Does nothing for a reused server.
+    pub async fn kill(&self) -> Result<(), LocalPostgresError> {
+        self.pg_ctl_stop("immediate").await
+    }
+
+    /// Starts the server again after [`kill`](Self::kill), on the same port, so that clients
+    /// configured with [`url`](Self::url) reconnect by themselves. Does nothing for a reused server.
+    pub async fn revive(&self) -> Result<(), LocalPostgresError> {
+        let Some(server) = self.started.clone() else {
+            return Ok(());
+        };
+        let _lock = lock_beside(&self.data_dir).await?;
+        let (data_dir, port) = (self.data_dir.clone(), self.port);
+        blocking(move || start_server(&server, &data_dir, Some(port)).map(|_| ())).await?;
+        wait_until_ready(self.port, &self.data_dir).await
+    }
+
+    /// `pg_ctl stop -m <mode>`, if this handle started the server.
+    async fn pg_ctl_stop(&self, mode: &'static str) -> Result<(), LocalPostgresError> {
+        let Some(server) = self.started.clone() else {
             return Ok(());
         };
         // Under the lock, so another process cannot decide to reuse the server while it stops.
         let _lock = lock_beside(&self.data_dir).await?;
-        tracing::info!("stopping the local PostgreSQL on port {}", self.port);
-        let data_dir = self.data_dir;
+        tracing::info!("stopping the local PostgreSQL on port {} ({mode})", self.port);
+        let data_dir = self.data_dir.clone();
         blocking(move || {
             if !data_dir.join("postmaster.pid").exists() {
                 tracing::info!("the local PostgreSQL in {} had already stopped", data_dir.display());
                 return Ok(());
             }
             let mut command = server.command("pg_ctl");
-            command.arg("stop").arg("-D").arg(&data_dir).args(["-m", "fast", "-w", "-t", PG_CTL_WAIT_SECS]);
+            command.arg("stop").arg("-D").arg(&data_dir).args(["-m", mode, "-w", "-t", PG_CTL_WAIT_SECS]);
             let output = server.run(&mut command)?;
             if output.status.success() {
                 Ok(())
@@ -305,7 +332,7 @@ async fn start_with(dir: &Path, places: &SearchPlaces) -> Result<LocalPostgres, 
             if let Some(contents) = &pid_file {
                 remove_if_left_by_a_zombie(&data_dir, contents)?;
             }
-            start_server(&server, &data_dir)
+            start_server(&server, &data_dir, None)
         })
         .await?
     };
@@ -651,11 +678,14 @@ fn init_cluster(server: &Server, data_dir: &Path) -> Result<(), LocalPostgresErr
 
 /// Starts the server with `pg_ctl start -w` on a free port, and returns that port. If the port was
 /// taken in the meantime, or the previous server of this folder is still exiting, tries again.
-fn start_server(server: &Server, data_dir: &Path) -> Result<u16, LocalPostgresError> {
+fn start_server(server: &Server, data_dir: &Path, port: Option<u16>) -> Result<u16, LocalPostgresError> {
     let log = data_dir.join("server.log");
     let mut attempt = 1;
     loop {
-        let port = free_port()?;
+        let port = match port {
+            Some(port) => port,
+            None => free_port()?,
+        };
         // Read only what this attempt logs, not the failures of earlier runs.
         let log_start = fs::metadata(&log).map_or(0, |meta| meta.len());
         let mut command = server.command("pg_ctl");

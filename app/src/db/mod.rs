@@ -17,9 +17,10 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 /// The database the zero-config cluster serves payonce from.
 const LOCAL_DATABASE: &str = "payonce";
 
-/// How long a request waits for a pooled connection before answering 503. Short, so that a
-/// database outage turns into quick, honest errors instead of requests piling up.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request waits for a pooled connection (or, while the database is unreachable, for
+/// a new one to connect) before answering 503. Short, so that an outage turns into quick, honest
+/// errors instead of requests piling up; long enough to ride out a burst that fills the pool.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// An open database, and the local server behind it if payonce started one.
 pub struct Database {

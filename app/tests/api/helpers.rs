@@ -4,22 +4,32 @@
 //! The database server is `DATABASE_URL` when it is set (CI points it at the machine's
 //! PostgreSQL), otherwise the zero-config local PostgreSQL under `target/`, started on first use
 //! and left running for the next run. Every test gets a database of its own, dropped afterwards.
+//!
+//! Pieces, from small to large: [`TestDatabase`] (one fresh database), [`Ledger`] (the simulator's
+//! controls over HTTP), [`ServerProcess`] (a real `payonce serve` process, for crash tests) and
+//! [`TestApp`] (an in-process server with all of the above).
 
-use std::net::SocketAddr;
+use std::io::BufRead;
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use payonce::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig};
 use payonce::db::local::LocalPostgres;
-use payonce::idempotency::EngineSettings;
+use payonce::gateway::Gateway;
+use payonce::idempotency::{Engine, EngineSettings, EventLog};
 use payonce::server::Server;
 use payonce::simulator::{self, RunningSimulator};
-use payonce::sweeper::SweeperSettings;
+use payonce::sweeper::{Sweeper, SweeperSettings};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection, PgPool};
-use tokio::sync::{OnceCell, oneshot};
+use tokio::sync::{OnceCell, mpsc, oneshot};
 use uuid::Uuid;
+
+/// The secret key tests give payonce for their simulator.
+pub const SIM_SECRET_KEY: &str = "sk_test_payonce";
 
 /// A valid payment body.
 pub fn payment(amount: i64) -> Value {
@@ -31,7 +41,7 @@ pub fn new_key() -> String {
     Uuid::now_v7().to_string()
 }
 
-/// The server URL of the PostgreSQL that test databases are created on.
+/// The URL of the PostgreSQL server that test databases are created on.
 static SERVER: OnceCell<String> = OnceCell::const_new();
 
 async fn database_server() -> &'static str {
@@ -52,19 +62,8 @@ async fn database_server() -> &'static str {
         .await
 }
 
-/// Creates an empty database and returns its URL.
-async fn create_database(name: &str) -> String {
-    let server = database_server().await;
-    let mut admin = PgConnection::connect(server).await.expect("connect to the test PostgreSQL");
-    sqlx::query(&format!("create database {name}")).execute(&mut admin).await.expect("create the test database");
-    let mut url = url_with_database(server, name);
-    url.push_str(if url.contains('?') { "&" } else { "?" });
-    url.push_str("application_name=payonce-test");
-    url
-}
-
 /// `url` with its database path replaced by `name`.
-fn url_with_database(url: &str, name: &str) -> String {
+pub fn url_with_database(url: &str, name: &str) -> String {
     let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
     let scheme_end = base.find("://").map_or(0, |i| i + 3);
     let host_end = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
@@ -76,121 +75,126 @@ fn url_with_database(url: &str, name: &str) -> String {
     out
 }
 
-/// Knobs a test may turn before the server starts.
-pub struct Options {
-    pub lease: Duration,
-    pub gateway_timeout: Duration,
-    /// Use the built-in simulator instead of the test's own (as `payonce serve` does without keys).
-    pub builtin_simulator: bool,
-    /// The in-server sweeper's settings. By default it passes once at startup and then sleeps for
-    /// an hour, so that it cannot race a test that is not about it.
-    pub sweeper: SweeperSettings,
+/// One fresh, empty database, dropped when this value is.
+pub struct TestDatabase {
+    /// Its URL (`…/payonce_test_<uuid>`).
+    pub url: String,
+    /// A pool on it, for asserting on rows.
+    pub pool: PgPool,
+    /// The server's URL, for dropping the database.
+    server: String,
+    name: String,
 }
 
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            lease: Duration::from_secs(60),
-            gateway_timeout: Duration::from_secs(10),
-            builtin_simulator: false,
-            sweeper: SweeperSettings { interval: Duration::from_secs(3600), ..SweeperSettings::default() },
-        }
-    }
-}
-
-/// One running payonce and everything around it.
-pub struct TestApp {
-    pub addr: SocketAddr,
-    pub client: reqwest::Client,
-    /// A direct pool on the test database, for asserting on rows.
-    pub db: PgPool,
-    /// The simulator's base URL (`http://…/`).
-    pub sim_url: String,
-    _sim: Option<RunningSimulator>,
-    database: String,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
-}
-
-impl TestApp {
-    pub async fn spawn() -> Self {
-        Self::spawn_with(Options::default()).await
+impl TestDatabase {
+    /// A database on the tests' PostgreSQL server.
+    pub async fn create() -> Self {
+        Self::create_on(database_server().await).await
     }
 
-    pub async fn spawn_with(options: Options) -> Self {
-        let database = format!("payonce_test_{}", Uuid::new_v4().simple());
-        let url = create_database(&database).await;
-        let sim = if options.builtin_simulator {
-            None
-        } else {
-            Some(simulator::start("127.0.0.1:0".parse().unwrap()).await.expect("start the simulator"))
-        };
-        let config = ServeConfig {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            database: DatabaseConfig {
-                url: Some(Secret::new(url.clone())),
-                local_dir: ".payonce".into(),
-                pool_size: 10,
-            },
-            engine: EngineSettings { lease: options.lease, key_ttl: Duration::from_secs(86_400) },
-            gateway: GatewayConfig {
-                stripe: sim.as_ref().map(|sim| StripeConfig {
-                    secret_key: Secret::new("sk_test_payonce"),
-                    api_base: Some(sim.base_url()),
-                }),
-                simulator_addr: "127.0.0.1:0".parse().unwrap(),
-                timeout: options.gateway_timeout,
-            },
-            sweeper: options.sweeper,
-        };
-        let server = Server::start(config).await.expect("start payonce");
-        let addr = server.local_addr();
-        let sim_url = match &sim {
-            Some(sim) => sim.base_url(),
-            None => server.simulator_url().expect("the built-in simulator runs"),
-        };
-        let (shutdown, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(server.run(async {
-            let _ = stopped.await;
-        }));
-        let db = PgPool::connect(&url).await.expect("connect to the test database");
-        Self {
-            addr,
-            client: reqwest::Client::new(),
-            db,
-            sim_url,
-            _sim: sim,
-            database,
-            shutdown: Some(shutdown),
-            server: Some(server),
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+    /// A database on the PostgreSQL server at `server` (any database URL of that server).
+    pub async fn create_on(server: &str) -> Self {
+        let name = format!("payonce_test_{}", Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(server).await.expect("connect to the test PostgreSQL");
+        sqlx::query(&format!("create database {name}")).execute(&mut admin).await.expect("create the test database");
+        let url = url_with_database(server, &name);
+        let pool = PgPool::connect(&url).await.expect("connect to the test database");
+        Self { url, pool, server: server.to_owned(), name }
     }
 
     /// Creates a customer through the library, as `payonce customers create` does; returns its key.
+    /// The database must be migrated (a server started on it does that).
     pub async fn customer(&self, name: &str) -> String {
-        let (_, key) = payonce::customers::create(&self.db, name).await.expect("create a customer");
+        let (_, key) = payonce::customers::create(&self.pool, name).await.expect("create a customer");
         key.expose().to_owned()
     }
 
-    /// `POST /v1/payments` with an API key and (optionally) an idempotency key.
-    pub fn post_payment(&self, api_key: &str, idempotency_key: Option<&str>, body: &Value) -> RequestBuilder {
-        let request = self.client.post(self.url("/v1/payments")).bearer_auth(api_key).json(body);
-        match idempotency_key {
-            Some(key) => request.header("Idempotency-Key", key),
-            None => request,
+    /// The number of rows of a table.
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&self.pool).await.unwrap()
+    }
+
+    /// The state of a client key's row: (state, recovery point, lease token, attempts).
+    pub async fn key_state(&self, key: &str) -> Option<(String, String, i64, i32)> {
+        sqlx::query_as("select state, recovery_point, lease_token, attempts from idempotency_keys where key = $1")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    /// Kinds of the events of a key, oldest first (waits briefly for batched observations).
+    pub async fn event_kinds(&self, idempotency_key: &str) -> Vec<String> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sqlx::query_scalar(
+            "select e.kind from idempotency_events e join idempotency_keys k on k.id = e.key_id
+             where k.key = $1 order by e.id",
+        )
+        .bind(idempotency_key)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// Waits until the key is final, or panics after `deadline`. Returns how long it took.
+    pub async fn wait_until_final(&self, key: &str, deadline: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            if let Some((state, ..)) = self.key_state(key).await
+                && state != "processing"
+            {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < deadline,
+                "key {key} still not final after {deadline:?}: {:?}",
+                self.key_state(key).await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    /// `GET` with an API key.
-    pub fn get(&self, api_key: &str, path: &str) -> RequestBuilder {
-        self.client.get(self.url(path)).bearer_auth(api_key)
+    /// An engine and a sweeper of our own on this database, charging through `sim_url`: a second
+    /// worker racing the server's.
+    pub fn sweeper(&self, sim_url: &str, owner: &str, settings: SweeperSettings) -> Sweeper {
+        let (events, _writer) = EventLog::spawn(self.pool.clone());
+        let engine = Engine::new(self.pool.clone(), EngineSettings::default(), events);
+        let gateway = Gateway::new(SIM_SECRET_KEY, Some(sim_url), Duration::from_secs(10)).expect("a gateway");
+        Sweeper::new(engine, gateway, settings, owner.to_owned())
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // From a thread of its own: Drop cannot await, and the test's runtime may be shutting down.
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(&server).await {
+                    let _ =
+                        sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&mut admin).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// The simulator's control endpoints, over HTTP, as a load test would use them.
+#[derive(Clone)]
+pub struct Ledger {
+    client: reqwest::Client,
+    /// The simulator's base URL (`http://…/`).
+    pub sim_url: String,
+}
+
+impl Ledger {
+    pub fn new(sim_url: &str) -> Self {
+        Self { client: reqwest::Client::new(), sim_url: sim_url.to_owned() }
     }
 
-    /// Every successful charge in the simulator's ledger.
+    /// Every successful charge.
     pub async fn charges(&self) -> Vec<Value> {
         let ledger: Value = self
             .client
@@ -219,6 +223,243 @@ impl TestApp {
             self.client.put(format!("{}_sim/faults", self.sim_url)).json(&faults).send().await.expect("set faults");
         assert_eq!(response.status(), StatusCode::OK, "faults refused: {}", response.text().await.unwrap_or_default());
     }
+}
+
+/// A free TCP port on 127.0.0.1, right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A real `payonce serve` process, for tests that kill it. Killed when dropped.
+pub struct ServerProcess {
+    child: Child,
+    pub addr: SocketAddr,
+    /// Lines the process writes to stderr.
+    stderr: mpsc::UnboundedReceiver<String>,
+}
+
+impl ServerProcess {
+    /// Starts `payonce serve` on a free port against `database_url`, charging through the
+    /// simulator at `sim_url`, with extra environment `env`; returns once it is ready.
+    pub async fn start(database_url: &str, sim_url: &str, env: &[(&str, &str)]) -> Self {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_payonce"))
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("PAYONCE_ADDR", addr.to_string())
+            .env("DATABASE_URL", database_url)
+            .env("STRIPE_SECRET_KEY", SIM_SECRET_KEY)
+            .env("STRIPE_API_BASE", sim_url)
+            .env("RUST_LOG", "info,payonce=debug")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start payonce");
+        let (lines, stderr) = mpsc::unbounded_channel();
+        let pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Self { child, addr, stderr };
+        server.wait_until_ready().await;
+        server
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn wait_until_ready(&mut self) {
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        loop {
+            if let Ok(response) = client.get(self.url("/readyz")).send().await
+                && response.status() == StatusCode::OK
+            {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("payonce exited during startup ({status}): {}", self.drain().join("\n"));
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "payonce not ready: {}", self.drain().join("\n"));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the process writes a stderr line containing `needle`.
+    pub async fn wait_for_line(&mut self, needle: &str, deadline: Duration) {
+        let found = tokio::time::timeout(deadline, async {
+            while let Some(line) = self.stderr.recv().await {
+                if line.contains(needle) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(found, Ok(true), "payonce never wrote {needle:?}");
+    }
+
+    /// `kill -9`: no shutdown, no cleanup, exactly like a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn drain(&mut self) -> Vec<String> {
+        std::iter::from_fn(|| self.stderr.try_recv().ok()).collect()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Knobs a test may turn before the server starts.
+pub struct Options {
+    pub lease: Duration,
+    pub key_ttl: Duration,
+    pub gateway_timeout: Duration,
+    /// Use the built-in simulator instead of the test's own (as `payonce serve` does without keys).
+    pub builtin_simulator: bool,
+    /// The in-server sweeper's settings. By default it passes once at startup and then sleeps for
+    /// an hour, so that it cannot race a test that is not about it.
+    pub sweeper: SweeperSettings,
+    /// Another PostgreSQL server than the tests' shared one.
+    pub database_server: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(60),
+            key_ttl: Duration::from_secs(86_400),
+            gateway_timeout: Duration::from_secs(10),
+            builtin_simulator: false,
+            sweeper: SweeperSettings { interval: Duration::from_secs(3600), ..SweeperSettings::default() },
+            database_server: None,
+        }
+    }
+}
+
+/// One running payonce and everything around it.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: reqwest::Client,
+    /// A direct pool on the test database, for asserting on rows.
+    pub db: PgPool,
+    pub database: TestDatabase,
+    /// The simulator's controls.
+    pub ledger: Ledger,
+    /// The simulator's base URL (`http://…/`).
+    pub sim_url: String,
+    _sim: Option<RunningSimulator>,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(Options::default()).await
+    }
+
+    pub async fn spawn_with(options: Options) -> Self {
+        let database = match &options.database_server {
+            Some(server) => TestDatabase::create_on(server).await,
+            None => TestDatabase::create().await,
+        };
+        let sim = if options.builtin_simulator {
+            None
+        } else {
+            Some(simulator::start("127.0.0.1:0".parse().unwrap()).await.expect("start the simulator"))
+        };
+        let config = ServeConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            database: DatabaseConfig {
+                url: Some(Secret::new(database.url.clone())),
+                local_dir: ".payonce".into(),
+                pool_size: 10,
+            },
+            engine: EngineSettings { lease: options.lease, key_ttl: options.key_ttl },
+            gateway: GatewayConfig {
+                stripe: sim.as_ref().map(|sim| StripeConfig {
+                    secret_key: Secret::new(SIM_SECRET_KEY),
+                    api_base: Some(sim.base_url()),
+                }),
+                simulator_addr: "127.0.0.1:0".parse().unwrap(),
+                timeout: options.gateway_timeout,
+            },
+            sweeper: options.sweeper,
+        };
+        let server = Server::start(config).await.expect("start payonce");
+        let addr = server.local_addr();
+        let sim_url = match &sim {
+            Some(sim) => sim.base_url(),
+            None => server.simulator_url().expect("the built-in simulator runs"),
+        };
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            client: reqwest::Client::new(),
+            db: database.pool.clone(),
+            database,
+            ledger: Ledger::new(&sim_url),
+            sim_url,
+            _sim: sim,
+            shutdown: Some(shutdown),
+            server: Some(server),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Creates a customer; returns its API key.
+    pub async fn customer(&self, name: &str) -> String {
+        self.database.customer(name).await
+    }
+
+    /// `POST /v1/payments` with an API key and (optionally) an idempotency key.
+    pub fn post_payment(&self, api_key: &str, idempotency_key: Option<&str>, body: &Value) -> RequestBuilder {
+        let request = self.client.post(self.url("/v1/payments")).bearer_auth(api_key).json(body);
+        match idempotency_key {
+            Some(key) => request.header("Idempotency-Key", key),
+            None => request,
+        }
+    }
+
+    /// `GET` with an API key.
+    pub fn get(&self, api_key: &str, path: &str) -> RequestBuilder {
+        self.client.get(self.url(path)).bearer_auth(api_key)
+    }
+
+    /// Every successful charge in the simulator's ledger.
+    pub async fn charges(&self) -> Vec<Value> {
+        self.ledger.charges().await
+    }
+
+    /// Charges made for one client idempotency key.
+    pub async fn charges_for(&self, idempotency_key: &str) -> Vec<Value> {
+        self.ledger.charges_for(idempotency_key).await
+    }
+
+    /// Replaces the simulator's faults.
+    pub async fn set_faults(&self, faults: Value) {
+        self.ledger.set_faults(faults).await
+    }
 
     /// Stops the server gracefully and waits for it.
     pub async fn stop(&mut self) {
@@ -232,20 +473,12 @@ impl TestApp {
 
     /// The number of rows of a table (for "exactly one payment" assertions).
     pub async fn count(&self, table: &str) -> i64 {
-        sqlx::query_scalar(&format!("select count(*) from {table}")).fetch_one(&self.db).await.unwrap()
+        self.database.count(table).await
     }
 
-    /// Kinds of the events of a key, oldest first (waits briefly for batched observations).
+    /// Kinds of the events of a key, oldest first.
     pub async fn event_kinds(&self, idempotency_key: &str) -> Vec<String> {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        sqlx::query_scalar(
-            "select e.kind from idempotency_events e join idempotency_keys k on k.id = e.key_id
-             where k.key = $1 order by e.id",
-        )
-        .bind(idempotency_key)
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
+        self.database.event_kinds(idempotency_key).await
     }
 }
 
@@ -254,21 +487,6 @@ impl Drop for TestApp {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
-        // Drop the database from a thread of its own: Drop cannot await, and the test's runtime
-        // may already be shutting down.
-        let database = std::mem::take(&mut self.database);
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async {
-                let Some(server) = SERVER.get() else { return };
-                if let Ok(mut admin) = PgConnection::connect(server).await {
-                    let _ = sqlx::query(&format!("drop database if exists {database} with (force)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-            });
-        })
-        .join();
     }
 }
 

@@ -4,7 +4,10 @@
 
 mod concurrency;
 mod contract;
+mod crash;
 mod helpers;
 mod keys;
+mod outage;
 mod recovery;
 mod scoping;
+mod sweeper;

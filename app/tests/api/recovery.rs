@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use payonce::sweeper::SweeperSettings;
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -171,10 +172,13 @@ async fn a_worker_presumed_dead_cannot_double_charge() {
 }
 
 /// A gateway call longer than the lease keeps its lease by heartbeat: a duplicate arriving after
-/// the original lease would have run out is still told "in flight", and there is no reclaim.
+/// the original lease would have run out is still told "in flight", and the sweeper, passing
+/// every 100 ms, never takes the key over.
 #[tokio::test]
 async fn heartbeat_keeps_a_slow_call_leased() {
-    let app = Arc::new(TestApp::spawn_with(Options { lease: Duration::from_secs(1), ..Default::default() }).await);
+    let sweeper = SweeperSettings { interval: Duration::from_millis(100), ..SweeperSettings::default() };
+    let app =
+        Arc::new(TestApp::spawn_with(Options { lease: Duration::from_secs(1), sweeper, ..Default::default() }).await);
     let api_key = app.customer("acme").await;
     let key = new_key();
     app.set_faults(json!({"latency_ms": 2500})).await;
