@@ -81,7 +81,7 @@ struct ServeArgs {
     addr: SocketAddr,
 
     /// Address of the built-in simulator, started when no STRIPE_SECRET_KEY is set (port 0: any).
-    #[arg(long, env = "PAYONCE_SIM_ADDR", default_value = "127.0.0.1:0")]
+    #[arg(long, env = "PAYONCE_SIM_ADDR", default_value = "127.0.0.1:12111")]
     sim_addr: SocketAddr,
 
     #[command(flatten)]

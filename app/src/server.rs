@@ -25,7 +25,11 @@ const SIMULATOR_SECRET_KEY: &str = "sk_test_payonce_simulator";
 pub enum StartError {
     #[error(transparent)]
     Database(#[from] OpenError),
-    #[error("could not start the built-in Stripe simulator on {addr}: {source}")]
+    #[error(
+        "could not start the built-in Stripe simulator on {addr}: {source}. If a `payonce stripe-sim` \
+         runs there, charge through it (STRIPE_SECRET_KEY=sk_test_any STRIPE_API_BASE=http://{addr}/); \
+         otherwise pick another address with PAYONCE_SIM_ADDR (port 0 takes any free port)"
+    )]
     Simulator { addr: SocketAddr, source: std::io::Error },
     #[error("could not configure the Stripe client: {0}")]
     Gateway(#[from] stripe::StripeError),
@@ -46,7 +50,9 @@ pub struct Server {
 impl Server {
     /// Opens the database (migrating it), sets up the gateway and binds the listener.
     pub async fn start(config: ServeConfig) -> Result<Self, StartError> {
-        let database = Database::open(&config.database).await?;
+        // Ports first: a taken port should fail fast, before a local PostgreSQL is started.
+        let addr = config.addr;
+        let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
         let (gateway, simulator) = match &config.gateway.stripe {
             Some(stripe) => {
                 let gateway =
@@ -59,21 +65,18 @@ impl Server {
                 let sim = simulator::start(addr).await.map_err(|source| StartError::Simulator { addr, source })?;
                 let gateway = Gateway::new(SIMULATOR_SECRET_KEY, Some(&sim.base_url()), config.gateway.timeout)?;
                 tracing::info!(
-                    base_url = %sim.base_url(),
-                    "no STRIPE_SECRET_KEY set: charging through the built-in Stripe simulator \
-                     (ledger at {}_sim/charges, faults at {}_sim/faults)",
-                    sim.base_url(),
-                    sim.base_url()
+                    "no STRIPE_SECRET_KEY set: charging through the built-in Stripe simulator at {url} \
+                     (ledger: {url}_sim/charges, faults: {url}_sim/faults)",
+                    url = sim.base_url(),
                 );
                 (gateway, Some(sim))
             }
         };
+        let database = Database::open(&config.database).await?;
         let (events, event_writer) = EventLog::spawn(database.pool.clone());
         let engine = Engine::new(database.pool.clone(), config.engine, events);
         let state =
             AppState { engine, gateway, owner: Arc::from(owner_name("http")), metrics: crate::metrics::install() };
-        let addr = config.addr;
-        let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
         Ok(Self { listener, state, sweeper: config.sweeper, database, simulator, event_writer })
     }
 

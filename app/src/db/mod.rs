@@ -51,9 +51,18 @@ impl Database {
                 (local.url(LOCAL_DATABASE), Some(local))
             }
         };
-        let pool = connect(&url, config.pool_size).await.map_err(OpenError::Connect)?;
-        MIGRATOR.run(&pool).await?;
-        Ok(Self { pool, local })
+        match connect_and_migrate(&url, config.pool_size).await {
+            Ok(pool) => Ok(Self { pool, local }),
+            Err(err) => {
+                // Leave no server behind that nobody will stop.
+                if let Some(local) = local
+                    && let Err(stop_err) = local.stop().await
+                {
+                    tracing::warn!(error = %stop_err, "could not stop the local PostgreSQL");
+                }
+                Err(err)
+            }
+        }
     }
 
     /// Closes the pool and stops the local PostgreSQL if this process started it.
@@ -65,6 +74,12 @@ impl Database {
             tracing::warn!(error = %err, "could not stop the local PostgreSQL");
         }
     }
+}
+
+async fn connect_and_migrate(url: &str, size: u32) -> Result<PgPool, OpenError> {
+    let pool = connect(url, size).await.map_err(OpenError::Connect)?;
+    MIGRATOR.run(&pool).await?;
+    Ok(pool)
 }
 
 /// A pool of up to `size` connections.

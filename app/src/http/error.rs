@@ -117,7 +117,9 @@ impl ApiError {
                 "idempotency-key-in-use",
                 "Request in progress",
                 format!(
-                    "A request with this Idempotency-Key is still being processed. Retry with the same key and payload after {} s to get its result.",
+                    "A request with this Idempotency-Key is still being processed. Retry with the same key and payload; \
+                     within {} s (Retry-After) it is either finished and replayed, or its lease has run out and the retry \
+                     resumes it.",
                     retry_after.as_secs()
                 ),
             )
