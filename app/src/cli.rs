@@ -95,6 +95,11 @@ struct ServeArgs {
 
     #[command(flatten)]
     sweeper: SweeperArgs,
+
+    /// Also serve POST /bench/payments, the payment handler WITHOUT the idempotency layer, so a
+    /// benchmark can measure the layer's cost. Never enable it for real clients.
+    #[arg(long, env = "PAYONCE_BENCH_ROUTES", hide = true)]
+    bench_routes: bool,
 }
 
 #[derive(Debug, Args)]
@@ -223,6 +228,7 @@ impl ServeArgs {
                 timeout: self.gateway.timeout(),
             },
             sweeper: self.sweeper.settings(),
+            bench_routes: self.bench_routes,
         }
     }
 }

@@ -17,6 +17,9 @@ pub struct ServeConfig {
     pub engine: EngineSettings,
     pub gateway: GatewayConfig,
     pub sweeper: SweeperSettings,
+    /// Mount `POST /bench/payments`, the payment handler without the idempotency layer, for the
+    /// benchmark. Off by default; never on in production.
+    pub bench_routes: bool,
 }
 
 /// Where the data lives.

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::{ServeConfig, owner_name};
+use crate::customers::Authenticator;
 use crate::db::{Database, OpenError};
 use crate::gateway::Gateway;
 use crate::http::{self, AppState};
@@ -42,6 +43,7 @@ pub struct Server {
     listener: TcpListener,
     state: AppState,
     sweeper: SweeperSettings,
+    bench_routes: bool,
     database: Database,
     simulator: Option<RunningSimulator>,
     event_writer: JoinHandle<()>,
@@ -75,9 +77,22 @@ impl Server {
         let database = Database::open(&config.database).await?;
         let (events, event_writer) = EventLog::spawn(database.pool.clone());
         let engine = Engine::new(database.pool.clone(), config.engine, events);
-        let state =
-            AppState { engine, gateway, owner: Arc::from(owner_name("http")), metrics: crate::metrics::install() };
-        Ok(Self { listener, state, sweeper: config.sweeper, database, simulator, event_writer })
+        let state = AppState {
+            auth: Arc::new(Authenticator::new(database.pool.clone())),
+            engine,
+            gateway,
+            owner: Arc::from(owner_name("http")),
+            metrics: crate::metrics::install(),
+        };
+        Ok(Self {
+            listener,
+            state,
+            sweeper: config.sweeper,
+            bench_routes: config.bench_routes,
+            database,
+            simulator,
+            event_writer,
+        })
     }
 
     /// Where the API listens.
@@ -93,7 +108,7 @@ impl Server {
     /// Serves (and sweeps) until `shutdown` resolves, lets in-flight requests and the current
     /// sweep finish, then stops everything this server started.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, state, sweeper, database, simulator, event_writer } = self;
+        let Self { listener, state, sweeper, bench_routes, database, simulator, event_writer } = self;
         let (stop, stopping) = watch::channel(false);
         tokio::spawn(async move {
             shutdown.await;
@@ -103,7 +118,8 @@ impl Server {
         let sweeper = tokio::spawn(sweeper.run(stopped(stopping.clone())));
 
         tracing::info!(addr = %listener.local_addr()?, "payonce is listening");
-        let served = axum::serve(listener, http::router(state)).with_graceful_shutdown(stopped(stopping)).await;
+        let router = http::router(state, bench_routes);
+        let served = axum::serve(listener, router).with_graceful_shutdown(stopped(stopping)).await;
         let _ = sweeper.await;
         // The router and the sweeper (and with them the last handles on the event log) are gone:
         // the writer flushes what it holds and ends.

@@ -12,15 +12,19 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use stripe::{ApiErrorsType, Client, ClientBuilder, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
+mod transport;
+
+use stripe::{ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::CreatePaymentIntent;
 use stripe_core::{PaymentIntent, PaymentIntentStatus};
 use uuid::Uuid;
 
+use transport::Transport;
+
 /// How payonce reaches its gateway.
 #[derive(Clone)]
 pub struct Gateway {
-    client: Client,
+    transport: Transport,
     /// Per-call deadline; past it the outcome is unknown and the key is released for a retry.
     timeout: Duration,
     /// Where the calls go, for logs and the dashboard (never includes the secret key).
@@ -75,15 +79,18 @@ pub fn downstream_key(key_id: Uuid) -> String {
 impl Gateway {
     /// A gateway at `base_url` (Stripe's own when `None`). A base URL with a path must end in `/`.
     pub fn new(secret_key: &str, base_url: Option<&str>, timeout: Duration) -> Result<Self, StripeError> {
-        let mut builder =
-            ClientBuilder::new(secret_key).app_info("payonce", Some(env!("CARGO_PKG_VERSION").into()), None);
         let base_url = match base_url {
             Some(url) if url.ends_with('/') => url.to_owned(),
             Some(url) => format!("{url}/"),
             None => "https://api.stripe.com/".to_owned(),
         };
-        builder = builder.url(base_url.clone());
-        Ok(Self { client: builder.build()?, timeout, base_url })
+        let transport = Transport::new(secret_key, base_url.clone(), timeout)?;
+        Ok(Self { transport, timeout, base_url })
+    }
+
+    /// The deadline of one call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Where the calls go.
@@ -111,7 +118,7 @@ impl Gateway {
             .customize()
             .request_strategy(RequestStrategy::Idempotent(key))
             .timeout(self.timeout)
-            .send(&self.client)
+            .send(&self.transport)
             .await;
         let elapsed = started.elapsed();
         let outcome = self.interpret(result);

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::customers::{self, Customer};
+use crate::customers::Customer;
 use crate::idempotency::IdempotencyKey;
 
 /// The largest request body accepted.
@@ -34,7 +34,7 @@ impl FromRequestParts<AppState> for Authenticated {
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
             })
             .ok_or(ApiError::Unauthorized)?;
-        customers::authenticate(state.engine.pool(), presented).await?.map(Authenticated).ok_or(ApiError::Unauthorized)
+        state.auth.authenticate(presented).await?.map(Authenticated).ok_or(ApiError::Unauthorized)
     }
 }
 

@@ -3,6 +3,7 @@
 //! Every route module exposes `router()`; they are merged here. Errors are [`error::ApiError`],
 //! rendered as RFC 9457 problems ([`problem`]).
 
+pub mod bench;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -20,6 +21,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
+use crate::customers::Authenticator;
 use crate::gateway::Gateway;
 use crate::idempotency::Engine;
 use error::ApiError;
@@ -33,12 +35,14 @@ pub struct AppState {
     pub owner: Arc<str>,
     /// Renders the Prometheus metrics.
     pub metrics: PrometheusHandle,
+    /// Checks API keys.
+    pub auth: Arc<Authenticator>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The whole application.
-pub fn router(state: AppState) -> Router {
+/// The whole application. `bench_routes` adds the benchmark-only routes ([`bench`]).
+pub fn router(state: AppState, bench_routes: bool) -> Router {
     let middleware = ServiceBuilder::new()
         // Outermost first: every request gets an id (or keeps the one it came with) before the
         // trace span opens, so every log line of the request carries it.
@@ -50,15 +54,17 @@ pub fn router(state: AppState) -> Router {
                     tracing::info_span!("request", id, method = %request.method(), path = %request.uri().path())
                 })
                 .on_request(())
+                // Failed requests are logged once, with their cause, by `error::log_errors`.
+                .on_failure(())
                 .on_response(DefaultOnResponse::new().level(Level::INFO).latency_unit(tower_http::LatencyUnit::Millis)),
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(axum::middleware::from_fn(error::log_errors))
         .layer(DefaultBodyLimit::max(extract::BODY_LIMIT));
 
-    Router::new()
-        .merge(health::router())
-        .merge(payments::router())
+    let routes = Router::new().merge(health::router()).merge(payments::router());
+    let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
+    routes
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -46,7 +46,13 @@ async fn submit(state: AppState, op: Operation) -> Result<Response, ApiError> {
     for _ in 0..3 {
         match state.engine.claim(&op, &state.owner).await? {
             Claim::Completed(stored) => return Ok(stored.into_response(true)),
-            Claim::InFlight { retry_after } => return Err(ApiError::InFlight { retry_after }),
+            Claim::InFlight { retry_after } => {
+                // The lease says when the key is certainly resolvable (finished, or free to take
+                // over if its holder died). A live holder finishes its gateway call, or gives
+                // the key back, within the gateway timeout: a retry is useful after the sooner.
+                let retry_after = retry_after.min(state.gateway.timeout()).max(Duration::from_secs(1));
+                return Err(ApiError::InFlight { retry_after });
+            }
             Claim::Acquired(lease) => match process::run(&state.gateway, lease).await {
                 Ok(stored) => return Ok(stored.into_response(false)),
                 Err(ProcessError::LeaseLost(_)) => continue,

@@ -63,8 +63,11 @@ pub enum ClaimError {
     Corrupt(Uuid),
 }
 
-/// A key row as loaded on conflict.
-struct Existing {
+/// The key's row as the claim statement returns it: either the row it just inserted, or the row
+/// that was already there.
+struct Row {
+    /// Whether this statement inserted the row (the claim succeeded).
+    claimed: bool,
     id: Uuid,
     method: String,
     route: String,
@@ -73,6 +76,7 @@ struct Existing {
     state: String,
     recovery_point: String,
     lease_token: i64,
+    attempts: i32,
     lease_expired: bool,
     lease_remaining_secs: f64,
     response_status: Option<i16>,
@@ -80,24 +84,34 @@ struct Existing {
     response_body: Option<Vec<u8>>,
 }
 
-/// How often a claim may find its key gone or its reclaim beaten before giving up. Each retry
-/// needs another worker's write to land in between, so more than a couple means something odd.
+/// How often a claim may find its key invisible, gone or its reclaim beaten before giving up.
+/// Each retry needs another worker's write to land in between, so more than a couple means
+/// something odd.
 const ATTEMPTS: usize = 4;
 
 impl Engine {
     /// Claims `op.key` for `owner` (a name for logs and the dashboard, e.g. `http:host:pid`).
     pub async fn claim(&self, op: &Operation, owner: &str) -> Result<Claim, ClaimError> {
         for _ in 0..ATTEMPTS {
-            if let Some(lease) = self.insert(op, owner).await? {
-                return Ok(Claim::Acquired(lease));
-            }
-            // The insert found a conflicting row. ON CONFLICT waited for the transaction that
-            // inserted it, so a new statement sees it, unless it was deleted meanwhile (expired
-            // by the reaper or an operator): then the key is free again and we insert afresh.
-            let Some(existing) = self.load(op).await? else {
+            let Some(row) = self.claim_or_load(op, owner).await? else {
+                // Conflict, but the row is not visible to this statement (see below): look again.
                 continue;
             };
-            if let Some(claim) = self.decide(op, existing, owner).await? {
+            if row.claimed {
+                EventKind::Claimed.count(1);
+                let lease = Lease::new(
+                    self.clone(),
+                    row.id,
+                    op.customer_id,
+                    op.key.as_str().to_owned(),
+                    row.lease_token,
+                    RecoveryPoint::Started,
+                    row.request,
+                    row.attempts,
+                );
+                return Ok(Claim::Acquired(lease));
+            }
+            if let Some(claim) = self.decide(op, row, owner).await? {
                 return Ok(claim);
             }
             // Our reclaim lost to another worker's; look again at what it made of the key.
@@ -106,11 +120,18 @@ impl Engine {
         Ok(Claim::InFlight { retry_after: Duration::from_secs(1) })
     }
 
-    /// The atomic claim. Returns the lease if this call created the key.
-    async fn insert(&self, op: &Operation, owner: &str) -> Result<Option<Lease>, ClaimError> {
-        let id = Uuid::now_v7();
+    /// The atomic claim, and on conflict the existing row, in one round trip.
+    ///
+    /// The first branch is the claim itself: `INSERT … ON CONFLICT DO NOTHING RETURNING`. If it
+    /// inserted nothing, the second branch reads the row that is already there. That read uses
+    /// the statement's snapshot, taken before the insert ran: if the conflicting row was committed
+    /// by another transaction *after* that (the insert waited for it), or was deleted meanwhile
+    /// by the reaper, neither branch returns a row. `None` then means "look again", and the next
+    /// statement, with a fresh snapshot, sees the row (or inserts anew).
+    async fn claim_or_load(&self, op: &Operation, owner: &str) -> Result<Option<Row>, ClaimError> {
         let settings = self.settings();
-        let row = sqlx::query!(
+        let row = sqlx::query_as!(
+            Row,
             r#"
             with claimed as (
                 insert into idempotency_keys
@@ -119,15 +140,26 @@ impl Engine {
                 values ($1, $2, $3, $4, $5, $6, $7,
                         $8, now() + $9 * interval '1 second', now() + $10 * interval '1 second')
                 on conflict (customer_id, key) do nothing
-                returning id, customer_id, lease_token, attempts
+                returning *
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'claimed', lease_token, jsonb_build_object('owner', $8::text)
                 from claimed
+            ), found as (
+                select true as claimed, * from claimed
+                union all
+                select false, * from idempotency_keys
+                where customer_id = $2 and key = $3 and not exists (select from claimed)
             )
-            select lease_token, attempts from claimed
+            select claimed as "claimed!", id as "id!", method as "method!", route as "route!",
+                   fingerprint as "fingerprint!", request as "request!", state as "state!",
+                   recovery_point as "recovery_point!", lease_token as "lease_token!", attempts as "attempts!",
+                   coalesce(locked_until <= now(), false) as "lease_expired!",
+                   coalesce(extract(epoch from locked_until - now())::float8, 0) as "lease_remaining_secs!",
+                   response_status, response_headers, response_body
+            from found
             "#,
-            id,
+            Uuid::now_v7(),
             op.customer_id,
             op.key.as_str(),
             op.method,
@@ -140,42 +172,11 @@ impl Engine {
         )
         .fetch_optional(self.pool())
         .await?;
-        Ok(row.map(|row| {
-            EventKind::Claimed.count(1);
-            Lease::new(
-                self.clone(),
-                id,
-                op.customer_id,
-                op.key.as_str().to_owned(),
-                row.lease_token,
-                RecoveryPoint::Started,
-                op.request.clone(),
-                row.attempts,
-            )
-        }))
-    }
-
-    async fn load(&self, op: &Operation) -> Result<Option<Existing>, ClaimError> {
-        let row = sqlx::query_as!(
-            Existing,
-            r#"
-            select id, method, route, fingerprint, request, state, recovery_point, lease_token,
-                   coalesce(locked_until <= now(), false) as "lease_expired!",
-                   coalesce(extract(epoch from locked_until - now())::float8, 0) as "lease_remaining_secs!",
-                   response_status, response_headers, response_body
-            from idempotency_keys
-            where customer_id = $1 and key = $2
-            "#,
-            op.customer_id,
-            op.key.as_str(),
-        )
-        .fetch_optional(self.pool())
-        .await?;
         Ok(row)
     }
 
     /// Scope, then fingerprint, then state. `None` means "our reclaim lost a race; look again".
-    async fn decide(&self, op: &Operation, row: Existing, owner: &str) -> Result<Option<Claim>, ClaimError> {
+    async fn decide(&self, op: &Operation, row: Row, owner: &str) -> Result<Option<Claim>, ClaimError> {
         // Scope. The row was found by (customer, key), so it is this customer's by construction;
         // what remains is the operation it was created for.
         if row.method != op.method || row.route != op.route {
@@ -208,7 +209,7 @@ impl Engine {
 
     /// Takes over a key whose lease ran out: the token grows, so whoever held it before can no
     /// longer write. Succeeds only if the row is still exactly as we saw it.
-    async fn reclaim(&self, op: &Operation, row: Existing, owner: &str) -> Result<Option<Lease>, ClaimError> {
+    async fn reclaim(&self, op: &Operation, row: Row, owner: &str) -> Result<Option<Lease>, ClaimError> {
         let recovery_point = RecoveryPoint::parse(&row.recovery_point).ok_or(ClaimError::Corrupt(row.id))?;
         let reclaimed = sqlx::query!(
             r#"

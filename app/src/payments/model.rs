@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::customers::CustomerId;
 use crate::gateway::ChargeOutcome;
+use crate::payments::NewPayment;
 
 /// A payment's public id: `pay_` and the hex of its uuid v7.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,6 +83,29 @@ pub struct Payment {
 }
 
 impl Payment {
+    /// A payment just inserted, before the gateway was asked.
+    pub fn pending(
+        id: PaymentId,
+        customer_id: Uuid,
+        request: &NewPayment,
+        metadata: Value,
+        created_at: OffsetDateTime,
+    ) -> Self {
+        Self {
+            id,
+            customer_id,
+            amount: request.amount,
+            currency: request.currency.clone(),
+            payment_method: request.payment_method.clone(),
+            description: request.description.clone(),
+            metadata,
+            status: PaymentStatus::Pending,
+            payment_intent: None,
+            failure: None,
+            created_at,
+        }
+    }
+
     /// Records the gateway's final answer on the payment.
     pub fn apply(&mut self, outcome: &ChargeOutcome) {
         match outcome {

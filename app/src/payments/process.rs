@@ -26,7 +26,7 @@ use axum::http::StatusCode;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::model::{Payment, PaymentId, PaymentStatus};
+use super::model::{Payment, PaymentId};
 use super::request::NewPayment;
 use super::store;
 use crate::customers::CustomerId;
@@ -123,40 +123,12 @@ async fn create_payment(lease: &Lease, request: &NewPayment) -> Result<Payment, 
     .await?
     .ok_or_else(|| lease.lost())?;
     EventKind::PaymentCreated.count(1);
-    Ok(Payment {
-        id,
-        customer_id: lease.customer_id,
-        amount: request.amount,
-        currency: request.currency.clone(),
-        payment_method: request.payment_method.clone(),
-        description: request.description.clone(),
-        metadata,
-        status: PaymentStatus::Pending,
-        payment_intent: None,
-        failure: None,
-        created_at,
-    })
+    Ok(Payment::pending(id, lease.customer_id, request, metadata, created_at))
 }
 
 /// Step 2: the gateway call, under the lease's heartbeat.
 async fn charge(gateway: &Gateway, lease: &Lease, payment: &Payment) -> Result<ChargeOutcome, ProcessError> {
-    let mut metadata: HashMap<String, String> = match &payment.metadata {
-        Value::Object(map) => map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect(),
-        _ => HashMap::new(),
-    };
-    // The audit trail on the PaymentIntent: which payment, for whom, under which client key. The
-    // load tests group the gateway's ledger by these to prove nothing was charged twice.
-    metadata.insert("payonce_payment".into(), payment.id.to_string());
-    metadata.insert("payonce_customer".into(), CustomerId(payment.customer_id).to_string());
-    metadata.insert("payonce_idempotency_key".into(), lease.client_key.clone());
-    let charge = Charge {
-        amount: payment.amount,
-        currency: &payment.currency,
-        payment_method: &payment.payment_method,
-        description: payment.description.as_deref(),
-        metadata,
-        idempotency_key: gateway::downstream_key(lease.key_id),
-    };
+    let charge = charge_for(payment, &lease.client_key, gateway::downstream_key(lease.key_id));
     match lease.hold(gateway.charge(&charge)).await? {
         Ok(outcome) => Ok(outcome),
         Err(err) => {
@@ -167,6 +139,27 @@ async fn charge(gateway: &Gateway, lease: &Lease, payment: &Payment) -> Result<C
             }
             Err(ProcessError::Gateway(err))
         }
+    }
+}
+
+/// The gateway request for a payment: its own fields, the client's metadata, and the audit trail
+/// on the PaymentIntent (which payment, for whom, under which client key). The load tests group
+/// the gateway's ledger by these to prove nothing was charged twice.
+fn charge_for<'a>(payment: &'a Payment, client_key: &str, downstream_key: String) -> Charge<'a> {
+    let mut metadata: HashMap<String, String> = match &payment.metadata {
+        Value::Object(map) => map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect(),
+        _ => HashMap::new(),
+    };
+    metadata.insert("payonce_payment".into(), payment.id.to_string());
+    metadata.insert("payonce_customer".into(), CustomerId(payment.customer_id).to_string());
+    metadata.insert("payonce_idempotency_key".into(), client_key.to_owned());
+    Charge {
+        amount: payment.amount,
+        currency: &payment.currency,
+        payment_method: &payment.payment_method,
+        description: payment.description.as_deref(),
+        metadata,
+        idempotency_key: downstream_key,
     }
 }
 
@@ -323,4 +316,55 @@ fn final_response(payment: &Payment, outcome: &ChargeOutcome) -> StoredResponse 
 
 fn corrupt(lease: &Lease, reason: String) -> ProcessError {
     ProcessError::Corrupt { key_id: lease.key_id, reason }
+}
+
+/// The same payment without the idempotency layer: no key, no lease, no fence, no stored
+/// response, and so none of the guarantees. It exists only so that the benchmark can measure
+/// what the layer costs (`payonce serve --bench-routes`, `POST /bench/payments`); never expose it.
+pub async fn run_unprotected(
+    gateway: &Gateway,
+    pool: &sqlx::PgPool,
+    customer_id: Uuid,
+    request: &NewPayment,
+) -> Result<StoredResponse, ProcessError> {
+    let id = PaymentId(Uuid::now_v7());
+    let metadata = serde_json::to_value(&request.metadata).unwrap_or_default();
+    let created_at = sqlx::query_scalar!(
+        r#"
+        insert into payments (id, customer_id, amount, currency, payment_method, description, metadata)
+        values ($1, $2, $3, $4, $5, $6, $7)
+        returning created_at
+        "#,
+        id.0,
+        customer_id,
+        request.amount,
+        request.currency,
+        request.payment_method,
+        request.description,
+        metadata,
+    )
+    .fetch_one(pool)
+    .await?;
+    let mut payment = Payment::pending(id, customer_id, request, metadata, created_at);
+    let charge = charge_for(&payment, "", format!("payonce-bench-{}", Uuid::new_v4().simple()));
+    let outcome = gateway.charge(&charge).await.map_err(ProcessError::Gateway)?;
+    payment.apply(&outcome);
+    let failure = payment.failure.as_ref();
+    sqlx::query!(
+        r#"
+        update payments
+           set status = $2, gateway_payment_intent_id = $3,
+               failure_code = $4, decline_code = $5, failure_message = $6, updated_at = now()
+         where id = $1
+        "#,
+        id.0,
+        payment.status.as_str(),
+        payment.payment_intent,
+        failure.map(|f| f.code.as_str()),
+        failure.and_then(|f| f.decline_code.as_deref()),
+        failure.map(|f| f.message.as_str()),
+    )
+    .execute(pool)
+    .await?;
+    Ok(final_response(&payment, &outcome))
 }

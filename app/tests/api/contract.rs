@@ -353,3 +353,24 @@ async fn graceful_shutdown_finishes_in_flight_payments() {
     let state: String = sqlx::query_scalar("select state from idempotency_keys").fetch_one(&app.db).await.unwrap();
     assert_eq!(state, "completed");
 }
+
+/// The benchmark's route without the idempotency layer exists only when asked for, and then it
+/// charges (once per request: it has no key to deduplicate with).
+#[tokio::test]
+async fn the_unprotected_bench_route_is_off_by_default() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    let response =
+        app.client.post(app.url("/bench/payments")).bearer_auth(&api_key).json(&payment(100)).send().await.unwrap();
+    assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+
+    let app = TestApp::spawn_with(crate::helpers::Options { bench_routes: true, ..Default::default() }).await;
+    let api_key = app.customer("acme").await;
+    for _ in 0..2 {
+        let response =
+            app.client.post(app.url("/bench/payments")).bearer_auth(&api_key).json(&payment(100)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    assert_eq!(app.charges().await.len(), 2, "no idempotency layer: two requests, two charges");
+    assert_eq!(app.count("idempotency_keys").await, 0);
+}

@@ -336,6 +336,8 @@ pub struct Options {
     pub sweeper: SweeperSettings,
     /// Another PostgreSQL server than the tests' shared one.
     pub database_server: Option<String>,
+    /// Mount the benchmark-only routes.
+    pub bench_routes: bool,
 }
 
 impl Default for Options {
@@ -347,6 +349,7 @@ impl Default for Options {
             builtin_simulator: false,
             sweeper: SweeperSettings { interval: Duration::from_secs(3600), ..SweeperSettings::default() },
             database_server: None,
+            bench_routes: false,
         }
     }
 }
@@ -399,6 +402,7 @@ impl TestApp {
                 timeout: options.gateway_timeout,
             },
             sweeper: options.sweeper,
+            bench_routes: options.bench_routes,
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();

@@ -1,0 +1,109 @@
+//! The HTTP transport under async-stripe: the same requests, over kept-alive connections.
+//!
+//! async-stripe builds its hyper client with `pool_max_idle_per_host(0)`: every call opens a new
+//! TCP connection (and, to Stripe, a new TLS session). Under load that costs a handshake per
+//! payment and, at a few hundred calls per second, exhausts the machine's ephemeral ports with
+//! connections in `TIME_WAIT`. async-stripe lets a client bring its own transport (the
+//! `StripeClient` trait), so payonce keeps everything else of async-stripe (the request types,
+//! their form encoding, the response and error types) and sends the requests through a pooled
+//! hyper client. `docs/performance.md` has the before and after.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, USER_AGENT};
+use hyper::{Method, Request};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use stripe::StripeError;
+use stripe_client_core::{CustomizedStripeRequest, StripeClient, StripeMethod};
+
+const STRIPE_VERSION: HeaderName = HeaderName::from_static("stripe-version");
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const FORM: HeaderValue = HeaderValue::from_static("application/x-www-form-urlencoded");
+
+/// How long an idle connection to the gateway is kept for reuse.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A Stripe API client over a connection pool. Cheap to clone (the pool is shared).
+#[derive(Clone)]
+pub struct Transport {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    /// `https://api.stripe.com/` or another base URL, ending in `/`.
+    base_url: String,
+    /// `Bearer sk_…`, marked sensitive so it never shows in a debug print.
+    authorization: HeaderValue,
+    user_agent: HeaderValue,
+    version: HeaderValue,
+    /// Deadline of one call, unless the request overrides it.
+    timeout: Duration,
+}
+
+impl Transport {
+    /// A transport to `base_url` (ending in `/`) with `secret_key`.
+    pub fn new(secret_key: &str, base_url: String, timeout: Duration) -> Result<Self, StripeError> {
+        let mut authorization = HeaderValue::try_from(format!("Bearer {secret_key}"))
+            .map_err(|_| StripeError::ConfigError("the secret key must be visible ASCII".into()))?;
+        authorization.set_sensitive(true);
+        let user_agent = HeaderValue::from_static(concat!("payonce/", env!("CARGO_PKG_VERSION"), " (async-stripe)"));
+        let version = HeaderValue::from_str(stripe_shared::version::VERSION.as_str())
+            .map_err(|_| StripeError::ConfigError("unprintable Stripe API version".into()))?;
+        let connector = HttpsConnectorBuilder::new().with_webpki_roots().https_or_http().enable_http1().build();
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(IDLE_TIMEOUT).build(connector);
+        Ok(Self { client, base_url, authorization, user_agent, version, timeout })
+    }
+
+    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Bytes, StripeError> {
+        let response = self.client.request(request).await.map_err(|err| StripeError::ClientError(err.to_string()))?;
+        let status = response.status();
+        let body = response.into_body().collect().await.map_err(|err| StripeError::ClientError(err.to_string()))?;
+        let body = body.to_bytes();
+        if status.is_success() {
+            return Ok(body);
+        }
+        // Stripe's error envelope, parsed with async-stripe's own types.
+        let envelope = std::str::from_utf8(&body)
+            .ok()
+            .and_then(|text| miniserde::json::from_str::<stripe_shared::Error>(text).ok())
+            .ok_or_else(|| StripeError::JSONDeserialize(format!("unreadable error body with status {status}")))?;
+        Err(StripeError::Stripe(envelope.error, status.as_u16()))
+    }
+}
+
+impl StripeClient for Transport {
+    type Err = StripeError;
+
+    /// One attempt: payonce decides itself when to retry, with its own deterministic key.
+    async fn execute(&self, request: CustomizedStripeRequest) -> Result<Bytes, StripeError> {
+        let (request, config) = request.into_pieces();
+        let mut uri = format!("{}v1{}", self.base_url, request.path);
+        if let Some(query) = &request.query {
+            uri.push('?');
+            uri.push_str(query);
+        }
+        let method = match request.method {
+            StripeMethod::Get => Method::GET,
+            StripeMethod::Post => Method::POST,
+            StripeMethod::Delete => Method::DELETE,
+        };
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(AUTHORIZATION, self.authorization.clone())
+            .header(USER_AGENT, self.user_agent.clone())
+            .header(STRIPE_VERSION, self.version.clone());
+        if let Some(key) = config.request_strategy.as_ref().and_then(|strategy| strategy.get_key()) {
+            builder = builder.header(IDEMPOTENCY_KEY, key.as_str());
+        }
+        if request.body.is_some() {
+            builder = builder.header(CONTENT_TYPE, FORM);
+        }
+        let body = Full::new(request.body.map(Bytes::from).unwrap_or_default());
+        let request = builder.body(body).map_err(|err| StripeError::ClientError(err.to_string()))?;
+        let timeout = config.timeout.unwrap_or(self.timeout);
+        tokio::time::timeout(timeout, self.send(request)).await.unwrap_or(Err(StripeError::Timeout))
+    }
+}
