@@ -35,6 +35,7 @@ mod scenario;
 mod simulator;
 mod stats;
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -96,10 +97,15 @@ async fn run(cli: Cli) -> Result<bool, String> {
     let charges = simulator.charges().await?;
     let audit = Audit::new(&run.run_id, &charges, &run.believed());
     let report = Report::new(&cli, &run, elapsed, audit);
-    if cli.json {
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|err| err.to_string())?);
+    let text = if cli.json {
+        serde_json::to_string_pretty(&report).map_err(|err| err.to_string())? + "\n"
     } else {
-        print!("{report}");
+        report.to_string()
+    };
+    // A reader that went away (`| head`) is not a failed run.
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => return Err(format!("cannot print the report: {err}")),
+        _ => {}
     }
     Ok(report.passed())
 }

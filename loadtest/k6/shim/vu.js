@@ -78,7 +78,7 @@ async function main() {
     runtime.vu.iterationInInstance = iteration;
     runtime.scenario.iterationInTest = number;
     runtime.group = '';
-    const started = Date.now();
+    const started = performance.now();
     try {
       call(fn, data);
     } catch (error) {
@@ -87,7 +87,7 @@ async function main() {
       port.postMessage({ type: 'error', error: describe(error), vu: vuId, iteration });
     }
     runtime.group = '';
-    runtime.channel.sample('iteration_duration', Date.now() - started, runtime.tags);
+    runtime.channel.sample('iteration_duration', performance.now() - started, runtime.tags);
     runtime.channel.sample('iterations', 1, runtime.tags);
     runtime.channel.flush();
   }

@@ -26,11 +26,11 @@ export function group(name, fn) {
   if (fn.constructor?.name === 'AsyncFunction') throw new Error('group() does not take an async function (k6 does not either)');
   const outer = runtime.group;
   runtime.group = `${outer}::${name}`;
-  const started = Date.now();
+  const started = performance.now();
   try {
     return fn();
   } finally {
-    emit('group_duration', Date.now() - started, {});
+    emit('group_duration', performance.now() - started, {});
     runtime.group = outer;
   }
 }
