@@ -65,8 +65,9 @@ const doubleCharges = new Counter('double_charges');
 
 // ── Requests and answers ───────────────────────────────────────────────────────────────────
 
-let turn = exec.vu.idInTest;
-/** The next server, round-robin; each VU starts at a different one. */
+// __VU (not exec.vu) because k6 defines it in the init context: each VU starts at another target.
+let turn = __VU;
+/** The next server, round-robin. */
 export function nextTarget() {
   const target = config.targets[turn % config.targets.length];
   turn += 1;

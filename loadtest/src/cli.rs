@@ -123,7 +123,7 @@ impl FromStr for Mix {
 /// What the scenarios need from the command line, with the per-scenario defaults resolved.
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
-    #[serde(serialize_with = "as_secs")]
+    #[serde(serialize_with = "optional_secs")]
     pub duration: Option<Duration>,
     pub requests: Option<u64>,
     pub concurrency: u32,
@@ -138,7 +138,7 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
-fn as_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+fn optional_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
     match d {
         Some(d) => s.serialize_f64(d.as_secs_f64()),
         None => s.serialize_none(),

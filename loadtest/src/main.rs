@@ -104,7 +104,9 @@ async fn run(cli: Cli) -> Result<bool, String> {
     };
     // A reader that went away (`| head`) is not a failed run.
     match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => return Err(format!("cannot print the report: {err}")),
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            return Err(format!("cannot print the report: {err}"));
+        }
         _ => {}
     }
     Ok(report.passed())

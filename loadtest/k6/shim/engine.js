@@ -102,6 +102,8 @@ export class Engine {
   async run() {
     // Init on the main thread: only to read the options and the metrics the script declares.
     globalThis.__ENV = this.env;
+    globalThis.__VU = 0; // as in k6's first init, which only reads the options
+    globalThis.__ITER = 0;
     register(new URL('./hooks.js', import.meta.url));
     let script;
     try {
