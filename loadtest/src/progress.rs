@@ -23,7 +23,7 @@ impl Progress {
         let every = if terminal { Duration::from_millis(250) } else { Duration::from_secs(1) };
         let task = tokio::spawn(async move {
             let started = Instant::now();
-            let mut tick = tokio::time::interval(every);
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             let mut last = (Instant::now(), 0);
             loop {
                 tokio::select! {
