@@ -1,0 +1,159 @@
+//! The payonce API as a client sees it: one `POST /v1/payments`, timed, and sorted into an
+//! [`Answer`] by what it tells the client to do next.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The HTTP client shared by the workers and the simulator calls: keep-alive connections, no
+/// idle limit (every worker keeps its connections), Nagle off.
+pub fn http_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|err| format!("cannot build the HTTP client: {err}"))
+}
+
+/// The servers under test and the customer the load runs as.
+pub struct Api {
+    http: reqwest::Client,
+    /// Base URLs, used round-robin.
+    targets: Vec<String>,
+    api_key: String,
+    /// The round-robin position.
+    turn: AtomicUsize,
+}
+
+/// The fields of a payment the checks look at.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Payment {
+    /// `pay_…`
+    pub id: String,
+    /// `cus_…`
+    pub customer: String,
+    pub amount: i64,
+    pub status: String,
+    /// `pi_…`, the gateway's PaymentIntent (what the ledger records).
+    pub payment_intent: Option<String>,
+}
+
+/// What an answer tells the client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// 201: this request created the payment. `None` if the body was not a payment.
+    Created(Option<Payment>),
+    /// 201 with `Idempotent-Replayed: true`: the stored answer of an earlier request.
+    Replayed(Option<Payment>),
+    /// 409: the key is being worked on; come back after `Retry-After` seconds.
+    InFlight { retry_after: Option<u64> },
+    /// 422: the key was first used with another payload.
+    KeyReused,
+    /// 503: no final answer from the gateway (or the database); retrying with the key is safe.
+    Unavailable { retry_after: Option<u64> },
+    /// Any other status (400, 402, 500, …).
+    Status(u16),
+    /// No answer within the client's timeout.
+    Timeout,
+    /// The connection failed.
+    Transport(String),
+}
+
+impl Answer {
+    /// A short label for tables: `201 created`, `409 in flight`, `500`, `timeout`, …
+    pub fn label(&self) -> String {
+        match self {
+            Self::Created(_) => "201 created".into(),
+            Self::Replayed(_) => "201 replayed".into(),
+            Self::InFlight { .. } => "409 in flight".into(),
+            Self::KeyReused => "422 key reused".into(),
+            Self::Unavailable { .. } => "503 unavailable".into(),
+            Self::Status(status) => status.to_string(),
+            Self::Timeout => "timeout".into(),
+            Self::Transport(_) => "transport error".into(),
+        }
+    }
+
+    /// The payment of a 201, fresh or replayed.
+    pub fn payment(&self) -> Option<&Payment> {
+        match self {
+            Self::Created(payment) | Self::Replayed(payment) => payment.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// `Retry-After` of a 409 or 503, in seconds.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::InFlight { retry_after } | Self::Unavailable { retry_after } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// One request's answer and how long it took (send to last body byte).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub answer: Answer,
+    pub latency: Duration,
+}
+
+impl Api {
+    pub fn new(http: reqwest::Client, targets: Vec<String>, api_key: String) -> Self {
+        Self { http, targets, api_key, turn: AtomicUsize::new(0) }
+    }
+
+    pub fn targets(&self) -> &[String] {
+        &self.targets
+    }
+
+    /// The next server, round-robin.
+    pub fn next_target(&self) -> &str {
+        &self.targets[self.turn.fetch_add(1, Ordering::Relaxed) % self.targets.len()]
+    }
+
+    /// `POST /v1/payments` with `key` and `body` to `target`, giving up after `timeout`.
+    pub async fn pay(&self, target: &str, key: &str, body: &Value, timeout: Duration) -> Reply {
+        let started = Instant::now();
+        let request = self
+            .http
+            .post(format!("{target}/v1/payments"))
+            .bearer_auth(&self.api_key)
+            .header("Idempotency-Key", key)
+            .json(body)
+            .timeout(timeout);
+        let answer = match request.send().await {
+            Ok(response) => read(response).await,
+            Err(err) => failure(err),
+        };
+        Reply { answer, latency: started.elapsed() }
+    }
+}
+
+/// Reads a whole response into an [`Answer`].
+async fn read(response: reqwest::Response) -> Answer {
+    let status = response.status().as_u16();
+    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let replayed = header("idempotent-replayed").as_deref() == Some("true");
+    let retry_after = header("retry-after").and_then(|v| v.parse().ok());
+    let body = match response.bytes().await {
+        Ok(body) => body,
+        Err(err) => return failure(err),
+    };
+    match status {
+        201 => {
+            let payment = serde_json::from_slice(&body).ok();
+            if replayed { Answer::Replayed(payment) } else { Answer::Created(payment) }
+        }
+        409 => Answer::InFlight { retry_after },
+        422 => Answer::KeyReused,
+        503 => Answer::Unavailable { retry_after },
+        other => Answer::Status(other),
+    }
+}
+
+fn failure(err: reqwest::Error) -> Answer {
+    if err.is_timeout() { Answer::Timeout } else { Answer::Transport(err.to_string()) }
+}

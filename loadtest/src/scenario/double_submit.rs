@@ -1,0 +1,74 @@
+//! Double submit: many clients send the same key at the same instant, for many keys.
+//!
+//! Each operation takes a fresh key and sends `--duplicates` identical requests with it, from
+//! as many tasks released together by a barrier, spread round-robin over the targets (so with
+//! two servers on one database, the race is also between servers). Allowed answers: a 201 with
+//! the payment (exactly one request per key may *create* it), a replayed 201 with the same
+//! payment, or a 409 with `Retry-After`. Anything else is unexpected.
+
+use std::sync::Arc;
+
+use tokio::sync::Barrier;
+
+use super::{Run, payment, pays};
+use crate::client::Answer;
+use crate::stats::Verdict;
+
+pub async fn worker(run: Arc<Run>, worker: u32) {
+    let duplicates = run.settings.duplicates as usize;
+    let mut n = 0;
+    while run.budget.allows_more() {
+        let key = run.key(worker, n);
+        let amount = 1000 + (n % 1000) as i64;
+        n += 1;
+        let body = Arc::new(payment(amount));
+        let barrier = Arc::new(Barrier::new(duplicates));
+        let requests: Vec<_> = (0..duplicates)
+            .map(|_| {
+                let (run, key, body, barrier) = (run.clone(), key.clone(), body.clone(), barrier.clone());
+                let target = run.api.next_target().to_owned();
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    run.pay(&target, &key, &body).await
+                })
+            })
+            .collect();
+        let mut replies = Vec::with_capacity(duplicates);
+        for request in requests {
+            match request.await {
+                Ok(reply) => replies.push(reply),
+                Err(err) => eprintln!("payonce-loadtest: a request task failed: {err}"),
+            }
+        }
+
+        // The payment every 201 must name: the creator's, else the first replay's.
+        let first_payment = replies
+            .iter()
+            .find(|r| matches!(r.answer, Answer::Created(_)))
+            .or_else(|| replies.iter().find(|r| matches!(r.answer, Answer::Replayed(_))))
+            .and_then(|r| r.answer.payment())
+            .map(|p| p.id.clone());
+        let mut created = 0;
+        for reply in &replies {
+            let verdict = match &reply.answer {
+                Answer::Created(_) | Answer::Replayed(_) if !pays(&reply.answer, amount) => {
+                    Verdict::Unexpected("not a succeeded payment of the amount sent")
+                }
+                Answer::Created(_) if created > 0 => Verdict::Unexpected("a second request created the same key"),
+                answer @ (Answer::Created(_) | Answer::Replayed(_))
+                    if answer.payment().map(|p| &p.id) != first_payment.as_ref() =>
+                {
+                    Verdict::Unexpected("answers for one key name different payments")
+                }
+                Answer::Created(_) | Answer::Replayed(_) => Verdict::Expected,
+                Answer::InFlight { retry_after: Some(secs) } if *secs >= 1 => Verdict::Expected,
+                Answer::InFlight { .. } => Verdict::Unexpected("409 without a Retry-After of at least 1 s"),
+                _ => Verdict::Unexpected("not a 201 or a 409"),
+            };
+            if matches!(reply.answer, Answer::Created(_)) {
+                created += 1;
+            }
+            run.record(&key, reply, verdict);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! What every scenario shares: the [`Run`] (API, budget, stats, what the clients believe) and the
+//! workers that drive it. Each scenario is a module with one `worker` function: a loop that runs
+//! operations (a fan-out of one key, a payment with its retries, one mixed request) while the
+//! [`Budget`] allows, and records every answer with a [`Verdict`](crate::stats::Verdict).
+
+mod double_submit;
+mod mixed;
+mod retry_storm;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::cli::{ScenarioName, Settings};
+use crate::client::{Answer, Api, Reply};
+use crate::stats::{Stats, Verdict};
+
+/// One load-test run, shared by its workers.
+pub struct Run {
+    pub scenario: ScenarioName,
+    pub api: Api,
+    pub settings: Settings,
+    /// Prefix of every idempotency key of the run; the audit looks only at keys that start with it.
+    pub run_id: String,
+    pub budget: Budget,
+    pub stats: Stats,
+    /// Key → the PaymentIntent its first 201 named: the payments the clients believe succeeded.
+    believed: Mutex<HashMap<String, Option<String>>>,
+}
+
+/// When to stop starting operations: a deadline, a number of requests, or Ctrl-C, whichever
+/// comes first. Operations already started always finish, so that the audit sees whole ones.
+pub struct Budget {
+    deadline: Option<Instant>,
+    max_requests: Option<u64>,
+    sent: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl Budget {
+    fn new(duration: Option<Duration>, max_requests: Option<u64>) -> Self {
+        Self {
+            deadline: duration.map(|d| Instant::now() + d),
+            max_requests,
+            sent: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a worker may start another operation.
+    pub fn allows_more(&self) -> bool {
+        !self.stopped.load(Ordering::Relaxed)
+            && self.deadline.is_none_or(|deadline| Instant::now() < deadline)
+            && self.max_requests.is_none_or(|max| self.sent.load(Ordering::Relaxed) < max)
+    }
+
+    /// Stops the run early (Ctrl-C).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
+    fn count_request(&self) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Run {
+    pub fn new(scenario: ScenarioName, api: Api, settings: Settings) -> Self {
+        Self {
+            scenario,
+            api,
+            budget: Budget::new(settings.duration, settings.requests),
+            settings,
+            run_id: format!("lt-{}-{}", scenario.as_str(), Uuid::now_v7().simple()),
+            stats: Stats::default(),
+            believed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The `n`-th key of `worker`: unique in the run, and recognisable by the audit.
+    pub fn key(&self, worker: u32, n: u64) -> String {
+        format!("{}-{worker}-{n}", self.run_id)
+    }
+
+    /// Sends one payment request with the run's client timeout and counts it against the budget.
+    /// The caller judges the answer and records it with [`Run::record`].
+    pub async fn pay(&self, target: &str, key: &str, body: &Value) -> Reply {
+        self.budget.count_request();
+        self.api.pay(target, key, body, self.settings.client_timeout).await
+    }
+
+    /// Records an answer; a 201 with a payment also records the key as believed succeeded.
+    pub fn record(&self, key: &str, reply: &Reply, verdict: Verdict) {
+        self.stats.record(reply, verdict);
+        if let Answer::Created(Some(payment)) | Answer::Replayed(Some(payment)) = &reply.answer {
+            let mut believed = self.believed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            believed.entry(key.to_owned()).or_insert_with(|| payment.payment_intent.clone());
+        }
+    }
+
+    /// The payments the clients believe succeeded.
+    pub fn believed(&self) -> HashMap<String, Option<String>> {
+        self.believed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+}
+
+/// A valid payment body.
+pub fn payment(amount: i64) -> Value {
+    json!({"amount": amount, "currency": "usd", "payment_method": "pm_card_visa"})
+}
+
+/// Whether a 201 carries a succeeded payment of `amount`.
+pub fn pays(answer: &Answer, amount: i64) -> bool {
+    answer.payment().is_some_and(|p| p.status == "succeeded" && p.amount == amount && p.id.starts_with("pay_"))
+}
+
+/// Runs `settings.concurrency` workers of the run's scenario until the budget is spent.
+pub async fn run(run: Arc<Run>) {
+    let workers: Vec<_> = (0..run.settings.concurrency)
+        .map(|worker| {
+            let run = run.clone();
+            tokio::spawn(async move {
+                match run.scenario {
+                    ScenarioName::DoubleSubmit => double_submit::worker(run, worker).await,
+                    ScenarioName::RetryStorm => retry_storm::worker(run, worker).await,
+                    ScenarioName::Mixed => mixed::worker(run, worker).await,
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        if let Err(err) = worker.await {
+            eprintln!("payonce-loadtest: a worker failed: {err}");
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The Stripe simulator's control routes: `PUT /_sim/faults` and `GET /_sim/charges`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// One successful charge in the simulator's ledger (the fields the audit reads).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Charge {
+    /// `pi_…`
+    pub payment_intent: String,
+    /// The downstream idempotency key payonce sent (`payonce-charge-…`).
+    pub idempotency_key: Option<String>,
+    /// `payonce_customer`, `payonce_idempotency_key`, `payonce_payment`, and the client's own.
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct Ledger {
+    charges: Vec<Charge>,
+}
+
+pub struct Simulator {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Simulator {
+    pub fn new(http: reqwest::Client, base: &str) -> Self {
+        Self { http, base: base.trim_end_matches('/').to_owned() }
+    }
+
+    /// Replaces the faults; the simulator's refusal (an invalid rate, a typo) is an error.
+    pub async fn set_faults(&self, faults: &Value) -> Result<(), String> {
+        let url = format!("{}/_sim/faults", self.base);
+        let response = self.http.put(&url).json(faults).send().await.map_err(|err| format!("PUT {url}: {err}"))?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            return Err(format!("the simulator refused the faults {faults}: {status} {body}"));
+        }
+        Ok(())
+    }
+
+    pub async fn clear_faults(&self) -> Result<(), String> {
+        self.set_faults(&json!({})).await
+    }
+
+    /// Every successful charge since the simulator started (or was reset).
+    pub async fn charges(&self) -> Result<Vec<Charge>, String> {
+        let url = format!("{}/_sim/charges", self.base);
+        let response = self.http.get(&url).send().await.map_err(|err| format!("GET {url}: {err}"))?;
+        if !response.status().is_success() {
+            return Err(format!("GET {url}: {}", response.status()));
+        }
+        let ledger: Ledger = response.json().await.map_err(|err| format!("GET {url}: not a ledger: {err}"))?;
+        Ok(ledger.charges)
+    }
+}
