@@ -84,6 +84,13 @@ pub enum ScenarioName {
     RetryStorm,
     /// New keys, replays and reused keys with another payload.
     Mixed,
+    /// Benchmark: every request a new key (closed loop).
+    NewPayments,
+    /// Benchmark: every worker replays its one finished payment (closed loop).
+    Replays,
+    /// Benchmark: `POST /bench/payments`, the handler without the idempotency layer (closed loop;
+    /// needs `payonce serve --bench-routes`).
+    Unprotected,
 }
 
 impl ScenarioName {
@@ -92,6 +99,9 @@ impl ScenarioName {
             Self::DoubleSubmit => "double-submit",
             Self::RetryStorm => "retry-storm",
             Self::Mixed => "mixed",
+            Self::NewPayments => "new-payments",
+            Self::Replays => "replays",
+            Self::Unprotected => "unprotected",
         }
     }
 }

@@ -116,14 +116,18 @@ impl Api {
 
     /// `POST /v1/payments` with `key` and `body` to `target`, giving up after `timeout`.
     pub async fn pay(&self, target: &str, key: &str, body: &Value, timeout: Duration) -> Reply {
+        let request = self.http.post(format!("{target}/v1/payments")).header("Idempotency-Key", key);
+        self.send(request, body, timeout).await
+    }
+
+    /// `POST /bench/payments` (the route without the idempotency layer, `--bench-routes`).
+    pub async fn pay_unprotected(&self, target: &str, body: &Value, timeout: Duration) -> Reply {
+        self.send(self.http.post(format!("{target}/bench/payments")), body, timeout).await
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder, body: &Value, timeout: Duration) -> Reply {
         let started = Instant::now();
-        let request = self
-            .http
-            .post(format!("{target}/v1/payments"))
-            .bearer_auth(&self.api_key)
-            .header("Idempotency-Key", key)
-            .json(body)
-            .timeout(timeout);
+        let request = request.bearer_auth(&self.api_key).json(body).timeout(timeout);
         let answer = match request.send().await {
             Ok(response) => read(response).await,
             Err(err) => failure(err),

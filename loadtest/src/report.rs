@@ -92,6 +92,7 @@ impl fmt::Display for Report {
                 settings.max_attempts
             ),
             ScenarioName::Mixed => format!("mix {}/{}/{}", settings.mix.new, settings.mix.replay, settings.mix.reuse),
+            ScenarioName::NewPayments | ScenarioName::Replays | ScenarioName::Unprotected => "closed loop".to_owned(),
         };
         writeln!(f)?;
         writeln!(

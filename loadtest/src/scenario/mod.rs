@@ -3,6 +3,7 @@
 //! operations (a fan-out of one key, a payment with its retries, one mixed request) while the
 //! [`Budget`] allows, and records every answer with a [`Verdict`](crate::stats::Verdict).
 
+mod bench;
 mod double_submit;
 mod mixed;
 mod retry_storm;
@@ -93,6 +94,12 @@ impl Run {
         self.api.pay(target, key, body, self.settings.client_timeout).await
     }
 
+    /// `POST /bench/payments` (no key), counted against the budget like [`Run::pay`].
+    pub async fn pay_unprotected(&self, target: &str, body: &Value) -> Reply {
+        self.budget.count_request();
+        self.api.pay_unprotected(target, body, self.settings.client_timeout).await
+    }
+
     /// Records an answer; a 201 with a payment also records the key as believed succeeded.
     pub fn record(&self, key: &str, reply: &Reply, verdict: Verdict) {
         self.stats.record(reply, verdict);
@@ -128,6 +135,9 @@ pub async fn run(run: Arc<Run>) {
                     ScenarioName::DoubleSubmit => double_submit::worker(run, worker).await,
                     ScenarioName::RetryStorm => retry_storm::worker(run, worker).await,
                     ScenarioName::Mixed => mixed::worker(run, worker).await,
+                    ScenarioName::NewPayments => bench::new_payments(run, worker).await,
+                    ScenarioName::Replays => bench::replays(run, worker).await,
+                    ScenarioName::Unprotected => bench::unprotected(run, worker).await,
                 }
             })
         })

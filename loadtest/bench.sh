@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The benchmark: payonce against the limit of its own database, side by side, in one run on one
+# machine. docs/performance.md explains the figures and records the latest ones.
+#
+#   1. the limit: pgbench running the database work of one new payment (the engine's own
+#      statements, generated from .sqlx/ by loadtest/pgbench/new_payment.py), at CONCURRENCY
+#   2. new payments per second through payonce (simulator without latency), at CONCURRENCY
+#   3. replays per second and their latency, at REPLAY_CONCURRENCY
+#   4. a storm: STORM simultaneous requests with one key: time to settle, and one charge
+#   5. the same handler with the idempotency layer bypassed (POST /bench/payments), at CONCURRENCY
+#
+# It prints the figures and the ratios (payonce / pgbench, layer on / layer off) with the targets.
+#
+#   loadtest/bench.sh            release binaries (built if missing), 15 s per measurement
+#   loadtest/bench.sh --quick    3 s per measurement (a smoke test of the benchmark itself)
+#
+# Knobs (environment): CONCURRENCY (16), REPLAY_CONCURRENCY (64), STORM (1000), DURATION (15s),
+# WARMUP (3s), PAYONCE_DB_POOL_SIZE (16), PROFILE (release; `debug` for unoptimised binaries),
+# PAYONCE_BIN, PAYONCE_LOADTEST_BIN, ADMIN_URL (postgres://postgres@127.0.0.1:5432/postgres).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+concurrency=${CONCURRENCY:-16}
+replay_concurrency=${REPLAY_CONCURRENCY:-64}
+storm=${STORM:-1000}
+duration=${DURATION:-15s}
+warmup=${WARMUP:-3s}
+pool_size=${PAYONCE_DB_POOL_SIZE:-16}
+profile=${PROFILE:-release}
+admin_url=${ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+if [ "${1:-}" = "--quick" ]; then duration=3s; warmup=1s; fi
+
+target_dir=${CARGO_TARGET_DIR:-target}
+payonce=${PAYONCE_BIN:-$target_dir/$profile/payonce}
+loadtest=${PAYONCE_LOADTEST_BIN:-$target_dir/$profile/payonce-loadtest}
+if [ ! -x "$payonce" ] || [ ! -x "$loadtest" ]; then
+    flag=$([ "$profile" = release ] && echo --release || true)
+    echo "building the $profile binaries…" >&2
+    cargo build $flag -p payonce --bin payonce >&2
+    cargo build $flag -p payonce-loadtest >&2
+fi
+for tool in pgbench psql python3 curl; do
+    command -v "$tool" >/dev/null || { echo "bench.sh: $tool is required" >&2; exit 2; }
+done
+
+work=$(mktemp -d -t payonce-bench.XXXXXX)
+database=payonce_bench_$$
+database_url="${admin_url%/*}/$database"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    psql "$admin_url" -qc "drop database if exists $database with (force)" >/dev/null 2>&1 || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_for() {
+    for _ in $(seq 300); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
+    echo "bench.sh: $1 never answered; logs in $work" >&2; exit 2
+}
+
+psql "$admin_url" -qc "create database $database" >/dev/null
+sim_port=$(free_port)
+app_port=$(free_port)
+sim_url="http://127.0.0.1:$sim_port"
+app_url="http://127.0.0.1:$app_port"
+
+RUST_LOG=warn "$payonce" stripe-sim --addr "127.0.0.1:$sim_port" 2>"$work/sim.log" &
+pids+=($!)
+wait_for "$sim_url/_sim/faults"
+RUST_LOG=warn DATABASE_URL="$database_url" STRIPE_SECRET_KEY=sk_test_bench STRIPE_API_BASE="$sim_url/" \
+    PAYONCE_ADDR="127.0.0.1:$app_port" PAYONCE_DB_POOL_SIZE="$pool_size" \
+    "$payonce" serve --bench-routes 2>"$work/app.log" &
+pids+=($!)
+wait_for "$app_url/readyz"
+api_key=$(DATABASE_URL="$database_url" RUST_LOG=warn "$payonce" customers create bench)
+customer_id=$(psql "$database_url" -Atc "select id from customers")
+
+# One measured phase of the runner: warm up, reset the ledger, measure; the JSON report to $work/$1.json.
+measure() {
+    local scenario=$1 workers=$2
+    "$loadtest" "$scenario" --target "$app_url" --api-key "$api_key" --sim-url "$sim_url" \
+        --concurrency "$workers" --duration "$warmup" --json >/dev/null || true
+    curl -fsS -X POST "$sim_url/_sim/reset" >/dev/null
+    echo "measuring: $scenario" >&2
+    "$loadtest" "$scenario" --target "$app_url" --api-key "$api_key" --sim-url "$sim_url" \
+        --concurrency "$workers" --duration "$duration" --json >"$work/$scenario.json" ||
+        echo "bench.sh: the $scenario run reported a failure" >&2
+}
+
+echo "measuring: pgbench" >&2
+python3 loadtest/pgbench/new_payment.py .sqlx >"$work/new_payment.sql"
+seconds=${duration%s}
+pgbench -n -M prepared -c "$concurrency" -j "$(nproc)" -T "${warmup%s}" -D customer="$customer_id" \
+    -f "$work/new_payment.sql" "$database_url" >/dev/null 2>&1
+pgbench -n -M prepared -c "$concurrency" -j "$(nproc)" -T "$seconds" -D customer="$customer_id" \
+    -f "$work/new_payment.sql" "$database_url" >"$work/pgbench.txt" 2>"$work/pgbench.err" ||
+    { cat "$work/pgbench.err" >&2; exit 2; }
+
+measure new-payments "$concurrency"
+measure replays "$replay_concurrency"
+measure unprotected "$concurrency"
+curl -fsS -X POST "$sim_url/_sim/reset" >/dev/null
+echo "measuring: storm" >&2
+"$loadtest" double-submit --target "$app_url" --api-key "$api_key" --sim-url "$sim_url" \
+    --concurrency 1 --duplicates "$storm" --requests "$storm" --json >"$work/storm.json" ||
+    echo "bench.sh: the storm run reported a failure" >&2
+
+python3 - "$work" "$concurrency" "$replay_concurrency" "$storm" "$duration" "$pool_size" "$profile" <<'PY'
+import json, pathlib, platform, re, subprocess, sys
+
+work, concurrency, replay_concurrency, storm, duration, pool, profile = sys.argv[1:]
+work = pathlib.Path(work)
+load = lambda name: json.loads((work / f"{name}.json").read_text())
+pgbench_text = (work / "pgbench.txt").read_text()
+pg_tps = float(re.search(r"tps = ([0-9.]+)", pgbench_text).group(1))
+pg_latency = float(re.search(r"latency average = ([0-9.]+) ms", pgbench_text).group(1))
+new, replays, unprotected, storm_run = load("new-payments"), load("replays"), load("unprotected"), load("storm")
+
+def line(label, run):
+    s, lat = run["stats"], run["stats"]["latency"] or {}
+    ok = "ok " if run["verdict"]["passed"] else "FAIL"
+    return (f"  {label:<38} {s['throughput']:>9.0f}/s   p50 {lat.get('p50_ms', 0):>7.2f} ms   "
+            f"p99 {lat.get('p99_ms', 0):>7.2f} ms   max {lat.get('max_ms', 0):>8.2f} ms   {ok} {s['requests']} requests")
+
+def target(ok):
+    return "meets the target" if ok else "BELOW the target"
+
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+pg_version = subprocess.run(["pgbench", "--version"], capture_output=True, text=True).stdout.strip()
+rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+print(f"\npayonce benchmark: {profile} build {rev}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores ({cpu}), {pg_version}")
+print(f"  {duration} per measurement; new payments at {concurrency} clients, replays at {replay_concurrency}; "
+      f"pool {pool} connections; simulator without latency; RUST_LOG=warn\n")
+print(f"  {'1 pgbench: one payment’s statements':<38} {pg_tps:>9.0f}/s   average {pg_latency:.2f} ms")
+print(line("2 new payments through payonce", new))
+print(line("3 replays", replays))
+print(line("5 new payments, idempotency layer off", unprotected))
+storm_stats, storm_audit = storm_run["stats"], storm_run["audit"]
+answers = storm_stats["answers"]
+print(f"  {'4 storm: ' + storm + ' requests, one key':<38} settled in {storm_stats['elapsed_secs'] * 1000:.0f} ms: "
+      f"{answers['created']} created, {answers['replayed']} replayed, {answers['in_flight']} in flight; "
+      f"{storm_audit['charges']} charge(s)")
+
+ratio = new["stats"]["throughput"] / pg_tps
+layer = new["stats"]["throughput"] / unprotected["stats"]["throughput"]
+replay_p99 = (replays["stats"]["latency"] or {}).get("p99_ms", float("inf"))
+print("\n  ratios and targets")
+print(f"    payonce / pgbench          {ratio:6.0%}   (target ≥ 50%: {target(ratio >= 0.5)})")
+print(f"    layer on / layer off       {layer:6.0%}   (the idempotency layer's cost: {1 - layer:.0%} of the throughput)")
+print(f"    replays                    {replays['stats']['throughput']:6.0f}/s, p99 {replay_p99:.2f} ms "
+      f"(target ≥ 5000/s with p99 ≤ 5 ms: {target(replays['stats']['throughput'] >= 5000 and replay_p99 <= 5)})")
+print(f"    storm                      {storm_stats['elapsed_secs'] * 1000:6.0f} ms, {storm_audit['charges']} charge "
+      f"(target < 1 s and exactly 1: {target(storm_stats['elapsed_secs'] < 1 and storm_audit['charges'] == 1)})")
+failed = [name for name, run in [("new payments", new), ("replays", replays), ("unprotected", unprotected), ("storm", storm_run)]
+          if not run["verdict"]["passed"]]
+if failed:
+    print(f"\n  FAILED runs (unexpected answers or a bad audit): {', '.join(failed)}")
+    sys.exit(1)
+PY
