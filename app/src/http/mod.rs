@@ -33,6 +33,8 @@ pub struct AppState {
     pub owner: Arc<str>,
     /// Renders the Prometheus metrics.
     pub metrics: PrometheusHandle,
+    /// The HTML side's settings and its simulator client (admin dashboard, shop).
+    pub web: crate::web::WebState,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -56,9 +58,15 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(error::log_errors))
         .layer(DefaultBodyLimit::max(extract::BODY_LIMIT));
 
+    // The HTML routers bring their own session layers: the JSON API never sees a cookie.
+    let html = Router::new()
+        .merge(crate::admin::router(&state))
+        .merge(crate::shop::router(&state))
+        .merge(crate::web::page::assets_router());
     Router::new()
         .merge(health::router())
         .merge(payments::router())
+        .merge(html)
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)

@@ -142,6 +142,7 @@ impl TestApp {
                 timeout: options.gateway_timeout,
             },
             sweeper: options.sweeper,
+            web: Default::default(),
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();
