@@ -2,6 +2,9 @@
 //!
 //! One test binary (one link step); one module per area of the contract.
 
+mod admin;
+mod browser;
+mod chromium;
 mod concurrency;
 mod contract;
 mod helpers;
