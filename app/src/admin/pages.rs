@@ -391,41 +391,49 @@ struct ActionForm {
 }
 
 /// `POST /admin/keys/{id}/release`.
-async fn release(
-    State(state): State<AppState>,
-    operator: Operator,
-    Path(id): Path<Uuid>,
-    Form(form): Form<ActionForm>,
-) -> Result<Response, WebError> {
-    let result = state.engine.operator_release(id, form.lease_token, &operator.name).await?;
-    let message = outcome_message(
-        result,
-        form.lease_token,
-        "only a stuck key can be released",
-        format!(
-            "Released the key: its token went from {} to {}, fencing off the old holder. The next retry or the sweeper resumes it.",
-            form.lease_token,
-            form.lease_token + 1
-        ),
-    );
-    operator.flash(message).await?;
-    Ok(Redirect::to(&format!("/admin/keys/{id}")).into_response())
+async fn release(state: State<AppState>, operator: Operator, id: Path<Uuid>, form: Form<ActionForm>) -> Response {
+    act(state, operator, id, form, Action::Release).await.into_response()
 }
 
 /// `POST /admin/keys/{id}/expire`.
-async fn expire(
+async fn expire(state: State<AppState>, operator: Operator, id: Path<Uuid>, form: Form<ActionForm>) -> Response {
+    act(state, operator, id, form, Action::Expire).await.into_response()
+}
+
+/// The operator's two actions on a key.
+enum Action {
+    Release,
+    Expire,
+}
+
+/// Runs an action through the engine's fenced statement, tells the operator what happened, and
+/// goes back to the key's page.
+async fn act(
     State(state): State<AppState>,
     operator: Operator,
     Path(id): Path<Uuid>,
     Form(form): Form<ActionForm>,
+    action: Action,
 ) -> Result<Response, WebError> {
-    let result = state.engine.operator_expire(id, form.lease_token, &operator.name).await?;
-    let message = outcome_message(
-        result,
-        form.lease_token,
-        "only a completed or failed key can be expired; a processing key still has work to finish",
-        "Expired the key. Its payment stays; the same Idempotency-Key is now a new request.".to_owned(),
-    );
+    let (seen, by) = (form.lease_token, operator.name.as_str());
+    let message = match action {
+        Action::Release => outcome_message(
+            state.engine.operator_release(id, seen, by).await?,
+            seen,
+            "only a stuck key can be released",
+            format!(
+                "Released the key: its token went from {seen} to {}, fencing off the old holder. The next retry or the \
+                 sweeper resumes it.",
+                seen + 1
+            ),
+        ),
+        Action::Expire => outcome_message(
+            state.engine.operator_expire(id, seen, by).await?,
+            seen,
+            "only a completed or failed key can be expired; a processing key still has work to finish",
+            "Expired the key. Its payment stays; the same Idempotency-Key is now a new request.".to_owned(),
+        ),
+    };
     operator.flash(message).await?;
     Ok(Redirect::to(&format!("/admin/keys/{id}")).into_response())
 }

@@ -59,12 +59,7 @@ impl Engine {
         )
         .fetch_one(self.pool())
         .await?;
-        if released == 1 {
-            EventKind::Released.count(1);
-            tracing::info!(%key_id, token = seen_token + 1, by, "key released by an operator");
-            return Ok(Ok(()));
-        }
-        self.refusal(key_id, seen_token).await
+        self.settle(released, EventKind::Released, key_id, seen_token, &by).await
     }
 
     /// Expires a *final* key (completed or failed) now, on an operator's behalf, as the reaper
@@ -95,9 +90,21 @@ impl Engine {
         )
         .fetch_one(self.pool())
         .await?;
-        if expired == 1 {
-            EventKind::Expired.count(1);
-            tracing::info!(%key_id, by, "key expired by an operator");
+        self.settle(expired, EventKind::Expired, key_id, seen_token, &by).await
+    }
+
+    /// Counts and logs an action that matched its row; explains one that matched none.
+    async fn settle(
+        &self,
+        matched: i64,
+        kind: EventKind,
+        key_id: Uuid,
+        seen_token: i64,
+        by: &str,
+    ) -> sqlx::Result<ActionResult> {
+        if matched == 1 {
+            kind.count(1);
+            tracing::info!(%key_id, seen_token, by, action = kind.as_str(), "operator action applied");
             return Ok(Ok(()));
         }
         self.refusal(key_id, seen_token).await
