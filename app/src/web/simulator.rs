@@ -110,3 +110,16 @@ impl SimulatorControl {
         Ok(response.json::<Ledger>().await?.charges)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An HTTPS gateway (real Stripe) is never probed: the panel stays hidden, offline.
+    #[tokio::test]
+    async fn real_stripe_is_not_a_simulator() {
+        let control = SimulatorControl::new("https://api.stripe.com/");
+        assert!(!control.is_active().await);
+        assert!(matches!(control.charges().await, Err(SimulatorError::NotASimulator)));
+    }
+}

@@ -267,3 +267,81 @@ async fn admins_create_command() {
     assert!(!ok && stderr.contains("already exists"), "{stderr}");
     sign_in(&app, &client()).await;
 }
+
+/// The gateway panel changes the simulator's faults (reporting what it refuses), and the audit
+/// shows a key charged twice in red.
+#[tokio::test]
+async fn gateway_panel_sets_faults_and_audit_flags_double_charges() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let client = client();
+    let csrf = sign_in(&app, &client).await;
+    let set = |pairs: Vec<(&'static str, &'static str)>| {
+        let mut form = pairs;
+        form.push(("csrf", csrf.as_str()));
+        client.post(app.url("/admin/gateway/faults")).form(&form).send()
+    };
+    let faults = |app: &TestApp| {
+        let url = format!("{}_sim/faults", app.sim_url);
+        async move { reqwest::get(url).await.unwrap().json::<serde_json::Value>().await.unwrap() }
+    };
+    let message = |client: &Client| {
+        let url = app.url("/admin/gateway");
+        let client = client.clone();
+        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+
+    assert_eq!(
+        set(vec![("latency_ms", "250"), ("fail_rate", "0.25"), ("next_calls", "3")]).await.unwrap().status(),
+        303
+    );
+    let now = faults(&app).await;
+    assert_eq!(
+        (now["latency_ms"].as_u64(), now["fail_rate"].as_f64(), now["next_calls"].as_u64()),
+        (Some(250), Some(0.25), Some(3))
+    );
+    assert!(message(&client).await.contains("Faults updated"));
+
+    set(vec![("fail_rate", "1.5")]).await.unwrap();
+    assert!(
+        message(&client)
+            .await
+            .contains("The simulator refused the faults: Invalid faults: fail_rate must be a probability")
+    );
+    set(vec![("latency_ms", "soon")]).await.unwrap();
+    let page = message(&client).await;
+    assert!(page.contains("latency_ms:") && page.contains("soon") && page.contains("is not a number"), "{page}");
+    assert_eq!(faults(&app).await["latency_ms"], 250, "refused faults change nothing");
+    set(vec![("action", "clear")]).await.unwrap();
+    assert_eq!(faults(&app).await["latency_ms"], 0);
+
+    // One honest payment, then two charges made behind payonce's back under one client key.
+    let api_key = app.customer("acme").await;
+    let response = app.post_payment(&api_key, Some(&new_key()), &payment(100)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let page = message(&client).await;
+    assert!(page.contains("No double charges.") && page.contains("1 charge in the simulator"), "{page}");
+    for _ in 0..2 {
+        let response = Client::new()
+            .post(format!("{}v1/payment_intents", app.sim_url))
+            .bearer_auth("sk_test_rogue")
+            .header("Idempotency-Key", Uuid::now_v7().to_string())
+            .form(&[
+                ("amount", "999"),
+                ("currency", "usd"),
+                ("payment_method", "pm_card_visa"),
+                ("confirm", "true"),
+                ("metadata[payonce_customer]", "cus_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),
+                ("metadata[payonce_idempotency_key]", "order-42"),
+                ("metadata[payonce_payment]", "pay_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),
+            ])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{}", response.text().await.unwrap());
+    }
+    let page = message(&client).await;
+    assert!(page.contains("1 key was charged more than once!"), "{page}");
+    assert!(page.contains(r#"<tr class="double"><td><code>cus_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6</code>"#), "{page}");
+    assert!(page.contains("order-42") && page.contains("no such payment"), "{page}");
+}
