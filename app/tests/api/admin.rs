@@ -345,3 +345,53 @@ async fn gateway_panel_sets_faults_and_audit_flags_double_charges() {
     assert!(page.contains(r#"<tr class="double"><td><code>cus_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6</code>"#), "{page}");
     assert!(page.contains("order-42") && page.contains("no such payment"), "{page}");
 }
+
+/// The keys table filters by state, customer and a part of the key, newest first, in keyset
+/// pages of 25 that link both ways.
+#[tokio::test]
+async fn keys_table_filters_and_pages() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let acme = app.customer("acme").await;
+    let globex = app.customer("globex").await;
+    for i in 0..27 {
+        let key = format!("acme-order-{i:02}");
+        let response = app.post_payment(&acme, Some(&key), &payment(100 + i)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let body = serde_json::json!({"amount": 100, "currency": "usd", "payment_method": "pm_card_chargeDeclined"});
+    let response = app.post_payment(&globex, Some("globex-declined"), &body).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+    let client = client();
+    sign_in(&app, &client).await;
+    let get = |path: String| {
+        let client = client.clone();
+        let url = app.url(&path);
+        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let link = |page: &str, rel: &str| {
+        let end = page.find(&format!("\" rel=\"{rel}\"")).unwrap_or_else(|| panic!("no {rel} link"));
+        page[page[..end].rfind("href=\"").unwrap() + 6..end].replace("&amp;", "&")
+    };
+
+    let first = get("/admin/keys".into()).await;
+    assert!(first.contains("28 keys match"), "{first}");
+    assert_eq!(first.matches("<tr class=\"row-").count(), 25);
+    let newest = first.find("globex-declined").unwrap();
+    assert!(newest < first.find("acme-order-26").unwrap(), "newest first");
+    assert!(!first.contains("acme-order-02") && !first.contains("rel=\"prev\""));
+    let second = get(link(&first, "next")).await;
+    assert_eq!(second.matches("<tr class=\"row-").count(), 3);
+    assert!(second.contains("acme-order-00") && second.contains("acme-order-02") && !second.contains("acme-order-03"));
+    assert!(!second.contains("rel=\"next\""));
+    let back = get(link(&second, "prev")).await;
+    assert_eq!(back.matches("<tr class=\"row-").count(), 25);
+    assert!(back.contains("globex-declined") && back.contains("acme-order-03") && !back.contains("rel=\"prev\""));
+
+    let completed = get("/admin/keys?state=completed&q=order-1".into()).await;
+    assert!(completed.contains("10 keys match"), "acme-order-10 … 19");
+    let customer = payonce::customers::authenticate(&app.db, &globex).await.unwrap().unwrap();
+    let globex_page = get(format!("/admin/keys?customer={}", payonce::customers::CustomerId(customer.id))).await;
+    assert!(globex_page.contains("1 key match") && globex_page.contains("globex-declined"));
+    assert!(get("/admin/keys?state=stuck".into()).await.contains("No keys match."));
+}

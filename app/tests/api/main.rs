@@ -11,3 +11,4 @@ mod helpers;
 mod keys;
 mod recovery;
 mod scoping;
+mod shop;
