@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig, owner_name};
+use crate::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig, WebConfig, owner_name};
 use crate::db::Database;
 use crate::gateway::Gateway;
 use crate::idempotency::{Engine, EngineSettings, EventLog};
 use crate::server::{Server, shutdown_signal};
 use crate::sweeper::{Sweeper, SweeperSettings};
 use crate::telemetry::{self, LogFormat};
-use crate::{customers, simulator};
+use crate::{admin, customers, simulator};
 
 type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -44,8 +44,25 @@ enum Command {
         #[command(subcommand)]
         command: CustomersCommand,
     },
+    /// Manage the operators of the admin dashboard (/admin).
+    Admins {
+        #[command(subcommand)]
+        command: AdminsCommand,
+    },
     /// Run the Stripe-compatible simulator on its own.
     StripeSim(SimulatorArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminsCommand {
+    /// Create an operator. The password is read from PAYONCE_ADMIN_PASSWORD, or else from the
+    /// first line of stdin (e.g. `read -rs pw && printf '%s\n' "$pw" | payonce admins create alice`).
+    Create {
+        /// The operator's sign-in name: lowercase letters, digits, '.', '_' or '-'.
+        name: String,
+        #[command(flatten)]
+        database: DatabaseArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,6 +117,21 @@ struct ServeArgs {
     /// benchmark can measure the layer's cost. Never enable it for real clients.
     #[arg(long, env = "PAYONCE_BENCH_ROUTES", hide = true)]
     bench_routes: bool,
+
+    #[command(flatten)]
+    web: WebArgs,
+}
+
+#[derive(Debug, Args)]
+struct WebArgs {
+    /// Mark the dashboard's and shop's session cookies `Secure`. Required whenever payonce is
+    /// reached over HTTPS (including behind a TLS-terminating proxy); leave off for http://localhost.
+    #[arg(long, env = "PAYONCE_SECURE_COOKIES", default_value_t = false, action = clap::ArgAction::Set)]
+    secure_cookies: bool,
+
+    /// Minutes without a click after which an operator is signed out of the dashboard.
+    #[arg(long, env = "PAYONCE_ADMIN_IDLE_MINS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=1440))]
+    admin_idle_mins: u64,
 }
 
 #[derive(Debug, Args)]
@@ -229,6 +261,10 @@ impl ServeArgs {
             },
             sweeper: self.sweeper.settings(),
             bench_routes: self.bench_routes,
+            web: WebConfig {
+                secure_cookies: self.web.secure_cookies,
+                admin_idle: Duration::from_secs(self.web.admin_idle_mins * 60),
+            },
         }
     }
 }
@@ -274,6 +310,14 @@ async fn run(command: Command) -> CliResult {
             tracing::info!(customer = %customers::CustomerId(customer.id), name = %customer.name, "customer created; its API key follows on stdout");
             println!("{}", key.expose());
         }
+        Command::Admins { command: AdminsCommand::Create { name, database } } => {
+            let password = admin_password()?;
+            let database = Database::open(&database.config()).await?;
+            let created = admin::accounts::create(&database.pool, &name, &password).await;
+            database.close().await;
+            created?;
+            tracing::info!(name, "admin created; sign in at /admin/login");
+        }
         Command::StripeSim(args) => {
             let listener = tokio::net::TcpListener::bind(args.addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "Stripe simulator listening (ledger: /_sim/charges, faults: /_sim/faults)");
@@ -281,6 +325,25 @@ async fn run(command: Command) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// An operator's new password: `PAYONCE_ADMIN_PASSWORD`, or the first line of stdin.
+fn admin_password() -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    if let Ok(password) = std::env::var("PAYONCE_ADMIN_PASSWORD")
+        && !password.is_empty()
+    {
+        return Ok(password);
+    }
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        eprintln!("password (typed text is visible; prefer PAYONCE_ADMIN_PASSWORD or a pipe):");
+    }
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    let password = line.strip_suffix('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).unwrap_or(&line);
+    if password.is_empty() {
+        return Err("no password given: set PAYONCE_ADMIN_PASSWORD or pipe it on stdin".into());
+    }
+    Ok(password.to_owned())
 }
 
 /// `payonce sweep`: the sweeper without the HTTP API.

@@ -20,6 +20,25 @@ pub struct ServeConfig {
     /// Mount `POST /bench/payments`, the payment handler without the idempotency layer, for the
     /// benchmark. Off by default; never on in production.
     pub bench_routes: bool,
+    pub web: WebConfig,
+}
+
+/// The browser-facing side: the admin dashboard and the shop ([`crate::web`]).
+#[derive(Debug, Clone)]
+pub struct WebConfig {
+    /// `PAYONCE_SECURE_COOKIES`: mark session cookies `Secure`. Must be true whenever payonce is
+    /// reached over HTTPS (behind a TLS-terminating proxy too); false only for `http://localhost`,
+    /// where a browser would refuse to send a `Secure` cookie back.
+    pub secure_cookies: bool,
+    /// An operator is signed out after this long without using the dashboard. The dashboard's
+    /// own live refresh does not count as use.
+    pub admin_idle: Duration,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self { secure_cookies: false, admin_idle: Duration::from_secs(30 * 60) }
+    }
 }
 
 /// Where the data lives.

@@ -22,6 +22,7 @@
 //!   recovery     taking over abandoned keys and reaping expired ones (FOR UPDATE SKIP LOCKED)
 //!   response     the stored response, replayed byte for byte
 //!   events       the append-only `idempotency_events` log
+//!   operator     the dashboard's fenced actions: release a stuck key, expire a final one
 //! payments       the payment resource and its recovery points (started → payment_created →
 //!                finished): one short statement each, the gateway call between them
 //! gateway        Stripe through async-stripe, with a deterministic downstream idempotency key
@@ -29,6 +30,9 @@
 //!                deletes expired ones
 //! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
 //! http           the axum application: routes, extractors, RFC 9457 problem responses
+//! web            what the HTML side shares: sessions, CSRF, flash messages, assets
+//! admin          the operators' dashboard at /admin (docs/dashboard.md)
+//! shop           a demo shop at / with a double-click-proof checkout
 //! failpoint      named crash points for the crash tests (`PAYONCE_FAILPOINT`)
 //! ```
 //!
@@ -45,6 +49,7 @@
 //! (it was slow, paused, or presumed dead) can never overwrite the work of the one that took over.
 //! See `docs/lifecycle.md` for the full state machine.
 
+pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod customers;
@@ -56,6 +61,8 @@ pub mod idempotency;
 pub mod metrics;
 pub mod payments;
 pub mod server;
+pub mod shop;
 pub mod simulator;
 pub mod sweeper;
 pub mod telemetry;
+pub mod web;

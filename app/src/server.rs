@@ -21,6 +21,9 @@ use crate::sweeper::{Sweeper, SweeperSettings};
 /// The secret key payonce gives async-stripe when it talks to its own simulator.
 const SIMULATOR_SECRET_KEY: &str = "sk_test_payonce_simulator";
 
+/// How often expired dashboard and shop sessions are deleted.
+const SESSION_CLEANUP: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -34,6 +37,8 @@ pub enum StartError {
     Simulator { addr: SocketAddr, source: std::io::Error },
     #[error("could not configure the Stripe client: {0}")]
     Gateway(#[from] stripe::StripeError),
+    #[error("could not create the session table: {0}")]
+    Sessions(sqlx::Error),
     #[error("could not listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: std::io::Error },
 }
@@ -75,14 +80,20 @@ impl Server {
             }
         };
         let database = Database::open(&config.database).await?;
+        if let Err(err) = crate::web::session::migrate(&database.pool).await {
+            database.close().await;
+            return Err(StartError::Sessions(err));
+        }
         let (events, event_writer) = EventLog::spawn(database.pool.clone());
         let engine = Engine::new(database.pool.clone(), config.engine, events);
+        let web = crate::web::WebState::new(config.web.clone(), gateway.base_url());
         let state = AppState {
             auth: Arc::new(Authenticator::new(database.pool.clone())),
             engine,
             gateway,
             owner: Arc::from(owner_name("http")),
             metrics: crate::metrics::install(),
+            web,
         };
         Ok(Self {
             listener,
@@ -117,9 +128,13 @@ impl Server {
         let sweeper = Sweeper::new(state.engine.clone(), state.gateway.clone(), sweeper, owner_name("sweeper"));
         let sweeper = tokio::spawn(sweeper.run(stopped(stopping.clone())));
 
+        let sessions = crate::web::session::spawn_cleanup(state.engine.pool(), SESSION_CLEANUP);
+
         tracing::info!(addr = %listener.local_addr()?, "payonce is listening");
-        let router = http::router(state, bench_routes);
-        let served = axum::serve(listener, router).with_graceful_shutdown(stopped(stopping)).await;
+        // With the peer's address in every request: the admin login's rate limit keys on it.
+        let app = http::router(state, bench_routes).into_make_service_with_connect_info::<SocketAddr>();
+        let served = axum::serve(listener, app).with_graceful_shutdown(stopped(stopping)).await;
+        sessions.abort();
         let _ = sweeper.await;
         // The router and the sweeper (and with them the last handles on the event log) are gone:
         // the writer flushes what it holds and ends.

@@ -37,6 +37,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Checks API keys.
     pub auth: Arc<Authenticator>,
+    /// The HTML side's settings and its simulator client (admin dashboard, shop).
+    pub web: crate::web::WebState,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -62,7 +64,12 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
         .layer(axum::middleware::from_fn(error::log_errors))
         .layer(DefaultBodyLimit::max(extract::BODY_LIMIT));
 
-    let routes = Router::new().merge(health::router()).merge(payments::router());
+    // The HTML routers bring their own session layers: the JSON API never sees a cookie.
+    let html = Router::new()
+        .merge(crate::admin::router(&state))
+        .merge(crate::shop::router(&state))
+        .merge(crate::web::page::assets_router());
+    let routes = Router::new().merge(health::router()).merge(payments::router()).merge(html);
     let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
     routes
         .fallback(|| async { ApiError::NotFound })

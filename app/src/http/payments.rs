@@ -9,13 +9,14 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
+use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
-use crate::idempotency::{Claim, IdempotencyKey, Operation};
+use crate::idempotency::{Claim, IdempotencyKey, Operation, StoredResponse};
 use crate::payments::process::{self, ProcessError};
-use crate::payments::{self, CreatePayment, PaymentId, store};
+use crate::payments::{self, CreatePayment, NewPayment, PaymentId, store};
 
 pub fn router() -> Router<AppState> {
     Router::new().route(payments::ROUTE, post(create).get(list)).route("/v1/payments/{id}", get(show))
@@ -29,23 +30,46 @@ async fn create(
     Json(body): Json<CreatePayment>,
 ) -> Result<Response, ApiError> {
     let request = body.validate().map_err(ApiError::invalid_fields)?;
-    let request = serde_json::to_value(&request).map_err(|err| ApiError::Internal(err.to_string()))?;
-    let op = Operation::new(customer.id, key, "POST", payments::ROUTE, request);
+    let op = operation(customer.id, key, &request)?;
     tracing::debug!(fingerprint = %op.fingerprint.short(), "payment request");
-    // The work runs in its own task. If the client hangs up, axum drops this handler's future;
-    // the task keeps going to its next recovery point instead of stopping at an arbitrary await.
+    let answer = execute(state, op).await?;
+    Ok(answer.stored.into_response(answer.replayed))
+}
+
+/// The idempotent operation of creating `request` for a customer under a client key. The shop's
+/// checkout builds its payments here too, so they are fingerprinted exactly like API requests.
+pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewPayment) -> Result<Operation, ApiError> {
+    let request = serde_json::to_value(request).map_err(|err| ApiError::Internal(err.to_string()))?;
+    Ok(Operation::new(customer_id, key, "POST", payments::ROUTE, request))
+}
+
+/// The final answer to a payment request.
+#[derive(Debug)]
+pub struct Answer {
+    /// The stored response: a 201 with the payment, or a final problem (402, 502).
+    pub stored: StoredResponse,
+    /// Whether it was replayed from an earlier request with the same key.
+    pub replayed: bool,
+}
+
+/// Runs a payment operation to its final answer, or fails with why it has none yet (in flight,
+/// gateway unavailable, …). Used by the API and by the shop's checkout.
+///
+/// The work runs in its own task. If the client hangs up, axum drops the handler's future; the
+/// task keeps going to its next recovery point instead of stopping at an arbitrary await.
+pub async fn execute(state: AppState, op: Operation) -> Result<Answer, ApiError> {
     tokio::spawn(submit(state, op).in_current_span())
         .await
         .map_err(|err| ApiError::Internal(format!("payment task failed: {err}")))?
 }
 
 /// Claims the key and answers: replay, 409, or drive the work and answer with its result.
-async fn submit(state: AppState, op: Operation) -> Result<Response, ApiError> {
+async fn submit(state: AppState, op: Operation) -> Result<Answer, ApiError> {
     // Losing the lease mid-way means another worker took over; looking at the key again tells
     // the client what became of it (usually "in flight").
     for _ in 0..3 {
         match state.engine.claim(&op, &state.owner).await? {
-            Claim::Completed(stored) => return Ok(stored.into_response(true)),
+            Claim::Completed(stored) => return Ok(Answer { stored, replayed: true }),
             Claim::InFlight { retry_after } => {
                 // The lease says when the key is certainly resolvable (finished, or free to take
                 // over if its holder died). A live holder finishes its gateway call, or gives
@@ -54,7 +78,7 @@ async fn submit(state: AppState, op: Operation) -> Result<Response, ApiError> {
                 return Err(ApiError::InFlight { retry_after });
             }
             Claim::Acquired(lease) => match process::run(&state.gateway, lease).await {
-                Ok(stored) => return Ok(stored.into_response(false)),
+                Ok(stored) => return Ok(Answer { stored, replayed: false }),
                 Err(ProcessError::LeaseLost(_)) => continue,
                 Err(err) => return Err(err.into()),
             },

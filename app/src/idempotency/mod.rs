@@ -23,6 +23,7 @@ pub mod events;
 pub mod fingerprint;
 pub mod key;
 pub mod lease;
+pub mod operator;
 pub mod recovery;
 pub mod response;
 

@@ -403,6 +403,7 @@ impl TestApp {
             },
             sweeper: options.sweeper,
             bench_routes: options.bench_routes,
+            web: Default::default(),
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();

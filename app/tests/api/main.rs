@@ -2,6 +2,9 @@
 //!
 //! One test binary (one link step); one module per area of the contract.
 
+mod admin;
+mod browser;
+mod chromium;
 mod concurrency;
 mod contract;
 mod crash;
@@ -10,4 +13,5 @@ mod keys;
 mod outage;
 mod recovery;
 mod scoping;
+mod shop;
 mod sweeper;

@@ -1,0 +1,175 @@
+//! The admin dashboard: the state of every key at a glance, and the operator's two actions.
+//!
+//! Server-rendered HTML (askama templates in `templates/admin/`), usable without JavaScript; the
+//! vendored htmx only refreshes the live parts of a page. Every page needs a signed-in operator
+//! ([`Operator`]); every form carries the session's CSRF token ([`crate::web::csrf`]).
+//!
+//! ```text
+//! accounts   operators: argon2 password hashes, `payonce admins create`, the login rate limit
+//! login      /admin/login, /admin/logout
+//! queries    what the pages show, read from idempotency_keys, payments and idempotency_events
+//! chart      the outcomes chart, drawn as SVG on the server
+//! pages      /admin (overview), /admin/keys, /admin/keys/{id} and its two actions
+//! gateway    /admin/gateway: the simulator's faults, and the double-charge audit
+//! ```
+//!
+//! Routes:
+//!
+//! ```text
+//! GET  /admin/login  POST /admin/login  POST /admin/logout
+//! GET  /admin                                overview: counts by state, outcomes chart
+//! GET  /admin/keys?state=&customer=&q=&before=&after=
+//! GET  /admin/keys/{id}                      one key: facts, response, payment, timeline
+//! POST /admin/keys/{id}/release              release a stuck key (fenced by lease_token)
+//! POST /admin/keys/{id}/expire               expire a final key now (fenced by lease_token)
+//! GET  /admin/gateway  POST /admin/gateway/faults   (only while the gateway is a simulator)
+//! ```
+
+pub mod accounts;
+mod chart;
+mod gateway;
+mod login;
+mod pages;
+mod queries;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, OriginalUri};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use tower_sessions::Session;
+use tower_sessions::cookie::SameSite;
+
+use crate::http::AppState;
+use crate::web::flash::{self, Flash};
+use crate::web::page::{self, WebError};
+use crate::web::{csrf, session};
+
+/// The session key holding the signed-in operator's name.
+const OPERATOR: &str = "admin";
+
+/// The dashboard's cookie: sent to `/admin` only, never on a cross-site request.
+const COOKIE: session::Cookie = session::Cookie { name: "payonce_admin", path: "/admin", same_site: SameSite::Strict };
+
+/// The dashboard's routes, with their session, CSRF and header layers.
+pub fn router(state: &AppState) -> Router<AppState> {
+    let config = &state.web.config;
+    Router::new()
+        .merge(login::router())
+        .merge(pages::router())
+        .merge(gateway::router())
+        .layer(axum::middleware::from_fn(csrf::protect))
+        .layer(session::layer(state.engine.pool(), config, COOKIE, config.admin_idle))
+        .layer(axum::middleware::from_fn(page::headers))
+}
+
+/// A signed-in operator, and what every dashboard page shows around its content. Extracting it
+/// from a request without one redirects to the login page.
+pub struct Operator {
+    pub name: String,
+    pub session: Session,
+    /// The session's CSRF token, for the page's forms.
+    pub csrf: String,
+    /// Whether this request is the page's own live refresh (not a person's action).
+    pub live: bool,
+}
+
+impl Operator {
+    /// The frame of a dashboard page: who is signed in, the token, the messages, the nav.
+    async fn chrome(&self, state: &AppState, current: &'static str) -> Result<Chrome, WebError> {
+        // A live refresh swaps part of the page: the messages would be taken and never shown.
+        let flashes = if self.live { Vec::new() } else { flash::take(&self.session).await? };
+        Ok(Chrome {
+            operator: self.name.clone(),
+            csrf: self.csrf.clone(),
+            flashes,
+            current,
+            simulator: state.web.simulator.is_active().await,
+            htmx: page::HTMX_PATH,
+        })
+    }
+
+    /// Queues a message for the next page.
+    async fn flash(&self, message: Flash) -> Result<(), WebError> {
+        flash::push(&self.session, message).await
+    }
+}
+
+/// What the dashboard's layout template needs.
+pub struct Chrome {
+    pub operator: String,
+    pub csrf: String,
+    pub flashes: Vec<Flash>,
+    /// Which nav entry is the current page.
+    pub current: &'static str,
+    /// Whether the gateway is a simulator (the Gateway entry is shown only then).
+    pub simulator: bool,
+    pub htmx: &'static str,
+}
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let session = Session::from_request_parts(parts, state).await.map_err(IntoResponse::into_response)?;
+        let live = page::is_live_refresh(&parts.headers);
+        let name = session.get::<String>(OPERATOR).await.map_err(|err| WebError::from(err).into_response())?;
+        let Some(name) = name else {
+            let uri = OriginalUri::from_request_parts(parts, state).await.map(|OriginalUri(uri)| uri);
+            let next = uri.ok().and_then(|uri| uri.path_and_query().map(|pq| pq.as_str().to_owned()));
+            return Err(to_login(next.as_deref(), live));
+        };
+        // Reading a session is not activity; a person's request is. The page's own live refresh
+        // is not: a dashboard left open on a projector signs out after the idle time.
+        if !live {
+            session::touch(&session).await.map_err(|err| WebError::from(err).into_response())?;
+        }
+        let csrf = csrf::token(&session).await.map_err(IntoResponse::into_response)?;
+        Ok(Self { name, session, csrf, live })
+    }
+}
+
+/// The way to the login page: a redirect for a person, `HX-Redirect` for htmx (which would
+/// otherwise swap the login page into the middle of the dashboard).
+fn to_login(next: Option<&str>, live: bool) -> Response {
+    let target = match next.filter(|next| is_local(next) && *next != "/admin") {
+        Some(next) => {
+            format!("/admin/login?next={}", form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>())
+        }
+        None => "/admin/login".to_owned(),
+    };
+    if live {
+        let mut response = StatusCode::UNAUTHORIZED.into_response();
+        if let Ok(value) = HeaderValue::try_from(target) {
+            response.headers_mut().insert("hx-redirect", value);
+        }
+        return response;
+    }
+    Redirect::to(&target).into_response()
+}
+
+/// `cus_<hex>` (a customer's public id) back to its uuid.
+fn parse_customer(s: &str) -> Option<uuid::Uuid> {
+    s.strip_prefix("cus_").and_then(|hex| uuid::Uuid::try_parse(hex).ok())
+}
+
+/// Whether `next` is a dashboard path (never another site: `//evil` or `/\evil` are refused).
+fn is_local(next: &str) -> bool {
+    next.starts_with("/admin") && !next.contains("//") && !next.contains('\\')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only dashboard paths are followed after login.
+    #[test]
+    fn next_must_be_local() {
+        assert!(is_local("/admin/keys?state=stuck"));
+        assert!(!is_local("//evil.example/admin"));
+        assert!(!is_local("https://evil.example/admin"));
+        assert!(!is_local("/admin//evil.example"));
+        assert!(!is_local("/admin\\evil"));
+        assert!(!is_local("/v1/payments"));
+    }
+}

@@ -1,0 +1,454 @@
+//! The overview, the keys table, one key's page, and the operator's actions on it.
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::chart::{self, Series};
+use super::queries::{self, Counts, Cursor, KeyFilter};
+use super::{Chrome, Operator, parse_customer};
+use crate::customers::CustomerId;
+use crate::http::AppState;
+use crate::idempotency::operator::{ActionResult, Refusal};
+use crate::payments::PaymentId;
+use crate::web::flash::Flash;
+use crate::web::page::{self, WebError};
+use crate::web::{ago, clock, money, rfc3339};
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin", get(overview))
+        .route("/admin/keys", get(keys))
+        .route("/admin/keys/{id}", get(key))
+        .route("/admin/keys/{id}/release", post(release))
+        .route("/admin/keys/{id}/expire", post(expire))
+}
+
+/// Width of one point of the outcomes chart, and how many points it has (15 minutes).
+const BUCKET_SECS: u32 = 30;
+const BUCKETS: u32 = 30;
+/// Rows per page of the keys table.
+const PAGE_SIZE: i64 = 25;
+
+/// The people's name of a dashboard status.
+fn status_label(status: &str) -> &'static str {
+    match status {
+        "in_flight" => "In flight",
+        "stuck" => "Stuck",
+        "completed" => "Completed",
+        "failed" => "Failed",
+        "expired" => "Expired",
+        _ => "Unknown",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Overview
+
+#[derive(Template)]
+#[template(path = "admin/overview.html")]
+struct OverviewPage {
+    chrome: Chrome,
+    counts: Counts,
+    chart: String,
+    legend: Vec<LegendEntry>,
+    /// The chart's numbers: one row per point, newest first.
+    rows: Vec<(String, Vec<i64>)>,
+    minutes: u32,
+}
+
+struct LegendEntry {
+    label: &'static str,
+    class: &'static str,
+    dash: &'static str,
+    total: i64,
+}
+
+/// `GET /admin`.
+async fn overview(State(state): State<AppState>, operator: Operator) -> Result<Response, WebError> {
+    let pool = state.engine.pool();
+    let counts = queries::counts(pool).await?;
+    let mut series = chart::outcome_series(BUCKETS as usize);
+    let kinds: Vec<&str> = series.iter().map(|s| s.kind).collect();
+    for row in queries::outcome_buckets(pool, &kinds, BUCKET_SECS, BUCKETS).await? {
+        let Some(s) = series.iter_mut().find(|s| s.kind == row.kind) else { continue };
+        // Bucket 0 is the most recent; the chart runs oldest to newest.
+        if let Some(slot) = usize::try_from(row.bucket).ok().and_then(|b| (BUCKETS as usize).checked_sub(b + 1)) {
+            s.values[slot] += row.count;
+        }
+    }
+    let rows = (0..BUCKETS as usize)
+        .rev()
+        .map(|i| {
+            let ago_secs = (BUCKETS as usize - 1 - i) as u32 * BUCKET_SECS;
+            let label = if ago_secs == 0 {
+                "last 30 s".to_owned()
+            } else {
+                format!("{ago_secs}–{} s ago", ago_secs + BUCKET_SECS)
+            };
+            (label, series.iter().map(|s: &Series| s.values[i]).collect())
+        })
+        .collect();
+    let page = OverviewPage {
+        chart: chart::svg(&series, BUCKET_SECS),
+        legend: series
+            .iter()
+            .map(|s| LegendEntry { label: s.label, class: s.class, dash: s.dash, total: s.total() })
+            .collect(),
+        rows,
+        minutes: BUCKETS * BUCKET_SECS / 60,
+        counts,
+        chrome: operator.chrome(&state, "overview").await?,
+    };
+    page::render(StatusCode::OK, &page)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys table
+
+#[derive(Template)]
+#[template(path = "admin/keys.html")]
+struct KeysPage {
+    chrome: Chrome,
+    rows: Vec<KeyRowView>,
+    total: i64,
+    q: String,
+    /// (value, label, selected) for the status filter.
+    statuses: Vec<(&'static str, &'static str, bool)>,
+    /// (value, name, selected) for the customer filter.
+    customers: Vec<(String, String, bool)>,
+    /// This page's URL, which the live refresh reloads.
+    url: String,
+    newer: Option<String>,
+    older: Option<String>,
+    /// The first page, when this is not it.
+    newest: Option<String>,
+}
+
+struct KeyRowView {
+    id: String,
+    key: String,
+    customer: String,
+    status: String,
+    status_label: &'static str,
+    recovery_point: String,
+    attempts: i32,
+    token: i64,
+    owner: String,
+    created: String,
+    created_iso: String,
+    age: String,
+    lease: String,
+    response: String,
+}
+
+#[derive(Deserialize, Default)]
+struct KeysQuery {
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    customer: String,
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    before: String,
+    #[serde(default)]
+    after: String,
+}
+
+impl KeysQuery {
+    /// The URL of the keys table with this query's filters and the given cursor.
+    fn url(&self, cursor: Option<(&str, Uuid)>) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (name, value) in [("state", &self.state), ("customer", &self.customer), ("q", &self.q)] {
+            if !value.is_empty() {
+                query.append_pair(name, value);
+            }
+        }
+        if let Some((name, id)) = cursor {
+            query.append_pair(name, &id.to_string());
+        }
+        let query = query.finish();
+        if query.is_empty() { "/admin/keys".to_owned() } else { format!("/admin/keys?{query}") }
+    }
+}
+
+/// How the lease looks now: "live, 42 s left", "lapsed 3 s ago", or "—" for a final key.
+fn lease_text(remaining: Option<f64>) -> String {
+    match remaining {
+        Some(secs) if secs > 0.0 => format!("live, {} s left", secs.ceil() as i64),
+        Some(secs) => format!("lapsed {}", ago(-secs)),
+        None => "—".to_owned(),
+    }
+}
+
+/// `GET /admin/keys`.
+async fn keys(
+    State(state): State<AppState>,
+    operator: Operator,
+    Query(query): Query<KeysQuery>,
+) -> Result<Response, WebError> {
+    let pool = state.engine.pool();
+    let status = queries::STATUSES.iter().find(|(value, _)| *value == query.state).map(|(value, _)| *value);
+    let customer = parse_customer(&query.customer);
+    let search = query.q.trim();
+    let filter = KeyFilter {
+        status: status.map(str::to_owned),
+        customer,
+        search: (!search.is_empty()).then(|| search.to_owned()),
+    };
+    let cursor = match (Uuid::try_parse(&query.before), Uuid::try_parse(&query.after)) {
+        (Ok(before), _) => Cursor::Before(before),
+        (_, Ok(after)) => Cursor::After(after),
+        _ => Cursor::Newest,
+    };
+    let result = queries::keys(pool, &filter, cursor, PAGE_SIZE).await?;
+    let first = result.rows.first().map(|row| row.id);
+    let last = result.rows.last().map(|row| row.id);
+    let rows = result
+        .rows
+        .into_iter()
+        .map(|row| KeyRowView {
+            id: row.id.to_string(),
+            key: row.key,
+            customer: row.customer_name,
+            status_label: status_label(&row.status),
+            status: row.status,
+            recovery_point: row.recovery_point,
+            attempts: row.attempts,
+            token: row.lease_token,
+            owner: row.lease_owner.unwrap_or_default(),
+            created: clock(row.created_at),
+            created_iso: rfc3339(row.created_at),
+            age: ago(row.age_secs),
+            lease: lease_text(row.lease_remaining_secs),
+            response: row.response_status.map(|s| s.to_string()).unwrap_or_default(),
+        })
+        .collect();
+    let customers = queries::customers(pool)
+        .await?
+        .into_iter()
+        .map(|c| (CustomerId(c.id).to_string(), c.name, Some(c.id) == customer))
+        .collect();
+    let page = KeysPage {
+        rows,
+        total: result.total,
+        q: query.q.clone(),
+        statuses: queries::STATUSES.iter().map(|(value, label)| (*value, *label, Some(*value) == status)).collect(),
+        customers,
+        url: query.url(match cursor {
+            Cursor::Newest => None,
+            Cursor::Before(id) => Some(("before", id)),
+            Cursor::After(id) => Some(("after", id)),
+        }),
+        newer: result.has_newer.then_some(first).flatten().map(|id| query.url(Some(("after", id)))),
+        older: result.has_older.then_some(last).flatten().map(|id| query.url(Some(("before", id)))),
+        newest: (!matches!(cursor, Cursor::Newest)).then(|| query.url(None)),
+        chrome: operator.chrome(&state, "keys").await?,
+    };
+    page::render(StatusCode::OK, &page)
+}
+
+// ---------------------------------------------------------------------------------------------
+// One key
+
+#[derive(Template)]
+#[template(path = "admin/key.html")]
+struct KeyPage {
+    chrome: Chrome,
+    id: String,
+    key: Option<KeyView>,
+    payment: Option<PaymentView>,
+    events: Vec<EventView>,
+}
+
+struct KeyView {
+    key: String,
+    customer: String,
+    customer_id: String,
+    method: String,
+    route: String,
+    fingerprint: String,
+    request: String,
+    status: String,
+    status_label: &'static str,
+    recovery_point: String,
+    attempts: i32,
+    token: i64,
+    owner: String,
+    /// RFC 3339 deadline of the lease; empty for final keys.
+    locked_until: String,
+    /// Seconds left on the lease when the page was rendered, for the live countdown.
+    remaining: String,
+    lease: String,
+    response_status: String,
+    response_headers: Vec<String>,
+    response_body: String,
+    created: String,
+    completed: String,
+    expires: String,
+}
+
+struct PaymentView {
+    id: String,
+    amount: String,
+    payment_method: String,
+    status: String,
+    payment_intent: String,
+    failure: String,
+}
+
+struct EventView {
+    at: String,
+    at_iso: String,
+    kind: String,
+    token: String,
+    detail: String,
+}
+
+/// Pretty JSON for people; anything else as (lossy) text.
+fn pretty(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|json| serde_json::to_string_pretty(&json).ok())
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+}
+
+/// `GET /admin/keys/{id}`. A key that no longer exists still shows its timeline.
+async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<String>) -> Result<Response, WebError> {
+    let id = Uuid::try_parse(&id).map_err(|_| WebError::NotFound)?;
+    let pool = state.engine.pool();
+    let key = queries::key(pool, id).await?;
+    let events = queries::events_of(pool, id).await?;
+    if key.is_none() && events.is_empty() {
+        return Err(WebError::NotFound);
+    }
+    let payment = queries::payment_of(pool, id).await?.map(|p| PaymentView {
+        id: PaymentId(p.id).to_string(),
+        amount: money(p.amount, &p.currency),
+        payment_method: p.payment_method,
+        status: p.status,
+        payment_intent: p.gateway_payment_intent_id.unwrap_or_default(),
+        failure: p.failure_message.unwrap_or_default(),
+    });
+    let key = key.map(|k| KeyView {
+        key: k.key,
+        customer: k.customer_name,
+        customer_id: CustomerId(k.customer_id).to_string(),
+        method: k.method,
+        route: k.route,
+        fingerprint: hex::encode(&k.fingerprint),
+        request: serde_json::to_string_pretty(&k.request).unwrap_or_default(),
+        status_label: status_label(&k.status),
+        status: k.status,
+        recovery_point: k.recovery_point,
+        attempts: k.attempts,
+        token: k.lease_token,
+        owner: k.lease_owner.unwrap_or_default(),
+        locked_until: k.locked_until.map(rfc3339).unwrap_or_default(),
+        remaining: k.lease_remaining_secs.map(|secs| format!("{secs:.1}")).unwrap_or_default(),
+        lease: lease_text(k.lease_remaining_secs),
+        response_status: k.response_status.map(|s| s.to_string()).unwrap_or_default(),
+        response_headers: k
+            .response_headers
+            .and_then(|h| h.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|pair| Some(format!("{}: {}", pair.get(0)?.as_str()?, pair.get(1)?.as_str()?)))
+            .collect(),
+        response_body: k.response_body.as_deref().map(pretty).unwrap_or_default(),
+        created: rfc3339(k.created_at),
+        completed: k.completed_at.map(rfc3339).unwrap_or_default(),
+        expires: rfc3339(k.expires_at),
+    });
+    let events = events
+        .into_iter()
+        .map(|e| EventView {
+            at: clock(e.created_at),
+            at_iso: rfc3339(e.created_at),
+            kind: e.kind,
+            token: e.lease_token.map(|t| t.to_string()).unwrap_or_default(),
+            detail: if e.detail.as_object().is_some_and(|o| o.is_empty()) {
+                String::new()
+            } else {
+                e.detail.to_string()
+            },
+        })
+        .collect();
+    let page = KeyPage { id: id.to_string(), key, payment, events, chrome: operator.chrome(&state, "keys").await? };
+    page::render(StatusCode::OK, &page)
+}
+
+/// The form of both actions: the token the operator saw (the fence).
+#[derive(Deserialize)]
+struct ActionForm {
+    lease_token: i64,
+}
+
+/// `POST /admin/keys/{id}/release`.
+async fn release(state: State<AppState>, operator: Operator, id: Path<Uuid>, form: Form<ActionForm>) -> Response {
+    act(state, operator, id, form, Action::Release).await.into_response()
+}
+
+/// `POST /admin/keys/{id}/expire`.
+async fn expire(state: State<AppState>, operator: Operator, id: Path<Uuid>, form: Form<ActionForm>) -> Response {
+    act(state, operator, id, form, Action::Expire).await.into_response()
+}
+
+/// The operator's two actions on a key.
+enum Action {
+    Release,
+    Expire,
+}
+
+/// Runs an action through the engine's fenced statement, tells the operator what happened, and
+/// goes back to the key's page.
+async fn act(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<Uuid>,
+    Form(form): Form<ActionForm>,
+    action: Action,
+) -> Result<Response, WebError> {
+    let (seen, by) = (form.lease_token, operator.name.as_str());
+    let message = match action {
+        Action::Release => outcome_message(
+            state.engine.operator_release(id, seen, by).await?,
+            seen,
+            "only a stuck key can be released",
+            format!(
+                "Released the key: its token went from {seen} to {}, fencing off the old holder. The next retry or the \
+                 sweeper resumes it.",
+                seen + 1
+            ),
+        ),
+        Action::Expire => outcome_message(
+            state.engine.operator_expire(id, seen, by).await?,
+            seen,
+            "only a completed or failed key can be expired; a processing key still has work to finish",
+            "Expired the key. Its payment stays; the same Idempotency-Key is now a new request.".to_owned(),
+        ),
+    };
+    operator.flash(message).await?;
+    Ok(Redirect::to(&format!("/admin/keys/{id}")).into_response())
+}
+
+/// What to tell the operator about a fenced action.
+fn outcome_message(result: ActionResult, seen: i64, wrong_state: &str, done: String) -> Flash {
+    match result {
+        Ok(()) => Flash::success(done),
+        Err(Refusal::Gone) => Flash::warning("Nothing was done: the key no longer exists (it expired)."),
+        Err(Refusal::Superseded { now }) => Flash::warning(format!(
+            "Nothing was done: the key changed since you looked (you saw token {seen}, it is now {now}): a client \
+             retry, the sweeper or another operator got there first. Check the key again."
+        )),
+        Err(Refusal::WrongState { state }) => {
+            Flash::warning(format!("Nothing was done: the key is {state} now, and {wrong_state}."))
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! What the dashboard shows, read straight from the engine's tables. Read-only: every write the
+//! dashboard makes goes through [`crate::idempotency::operator`].
+//!
+//! A key's *status* on the dashboard refines its `state` column by its lease:
+//!
+//! | status      | rows                                                        |
+//! |-------------|-------------------------------------------------------------|
+//! | `in_flight` | `processing` and `locked_until > now()`: a worker holds it  |
+//! | `stuck`     | `processing` and `locked_until <= now()`: lease lapsed, not yet resumed |
+//! | `completed` | `completed`                                                 |
+//! | `failed`    | `failed` (given up by the sweeper)                          |
+//! | `expired`   | deleted by the reaper or an operator; counted from `expired` events |
+
+use serde_json::Value;
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// The statuses a key can be filtered by.
+pub const STATUSES: [(&str, &str); 4] =
+    [("in_flight", "In flight"), ("stuck", "Stuck"), ("completed", "Completed"), ("failed", "Failed")];
+
+/// Keys by status.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub in_flight: i64,
+    pub stuck: i64,
+    pub completed: i64,
+    pub failed: i64,
+    /// Keys expired within the event retention.
+    pub expired: i64,
+}
+
+pub async fn counts(pool: &PgPool) -> sqlx::Result<Counts> {
+    let row = sqlx::query!(
+        r#"
+        select count(*) filter (where state = 'processing' and locked_until > now()) as "in_flight!",
+               count(*) filter (where state = 'processing' and locked_until <= now()) as "stuck!",
+               count(*) filter (where state = 'completed') as "completed!",
+               count(*) filter (where state = 'failed') as "failed!",
+               (select count(*) from idempotency_events where kind = 'expired') as "expired!"
+        from idempotency_keys
+        "#
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Counts {
+        in_flight: row.in_flight,
+        stuck: row.stuck,
+        completed: row.completed,
+        failed: row.failed,
+        expired: row.expired,
+    })
+}
+
+/// Events of the outcome kinds, per kind and per bucket (`bucket` 0 is the most recent).
+pub struct Bucketed {
+    pub kind: String,
+    pub bucket: i32,
+    pub count: i64,
+}
+
+/// Counts of `kinds` events in `buckets` buckets of `bucket_secs` seconds, ending now.
+pub async fn outcome_buckets(
+    pool: &PgPool,
+    kinds: &[&str],
+    bucket_secs: u32,
+    buckets: u32,
+) -> sqlx::Result<Vec<Bucketed>> {
+    sqlx::query_as!(
+        Bucketed,
+        r#"
+        select kind as "kind!",
+               floor(extract(epoch from now() - created_at)::float8 / $2::float8)::int4 as "bucket!",
+               count(*) as "count!"
+        from idempotency_events
+        where created_at > now() - $2::float8 * $3::float8 * interval '1 second' and kind = any($1)
+        group by 1, 2
+        "#,
+        kinds as &[&str],
+        f64::from(bucket_secs),
+        f64::from(buckets),
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// One row of the keys table.
+pub struct KeyRow {
+    pub id: Uuid,
+    pub key: String,
+    pub customer_name: String,
+    pub status: String,
+    pub recovery_point: String,
+    pub lease_token: i64,
+    pub lease_owner: Option<String>,
+    pub attempts: i32,
+    pub response_status: Option<i16>,
+    pub created_at: OffsetDateTime,
+    pub age_secs: f64,
+    /// Seconds left on the lease (negative: lapsed that long ago); `None` for final keys.
+    pub lease_remaining_secs: Option<f64>,
+    /// How many keys match the filter, cursor aside.
+    pub total: i64,
+}
+
+/// What the keys table is filtered by.
+#[derive(Debug, Default, Clone)]
+pub struct KeyFilter {
+    pub status: Option<String>,
+    pub customer: Option<Uuid>,
+    /// A substring of the client's key.
+    pub search: Option<String>,
+}
+
+/// Where a page of the keys table starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Cursor {
+    /// The newest keys.
+    Newest,
+    /// Keys older than this one.
+    Before(Uuid),
+    /// Keys newer than this one (the page before).
+    After(Uuid),
+}
+
+/// A page of keys, newest first (uuid v7 ids sort by creation time), and whether there are
+/// older and newer ones beyond it.
+pub struct KeyPage {
+    pub rows: Vec<KeyRow>,
+    pub total: i64,
+    pub has_older: bool,
+    pub has_newer: bool,
+}
+
+pub async fn keys(pool: &PgPool, filter: &KeyFilter, cursor: Cursor, limit: i64) -> sqlx::Result<KeyPage> {
+    let (before, after) = match cursor {
+        Cursor::Newest => (None, None),
+        Cursor::Before(id) => (Some(id), None),
+        Cursor::After(id) => (None, Some(id)),
+    };
+    // One extra row says whether the page has a neighbour in the direction of travel. A page
+    // after a cursor is read oldest first (the rows just newer than it) and turned around below.
+    let mut rows = sqlx::query_as!(
+        KeyRow,
+        r#"
+        with matching as (
+            select k.id, k.key, k.customer_id, c.name as customer_name,
+                   case when k.state = 'processing' and k.locked_until > now() then 'in_flight'
+                        when k.state = 'processing' then 'stuck'
+                        else k.state end as status,
+                   k.recovery_point, k.lease_token, k.lease_owner, k.attempts, k.response_status,
+                   k.created_at, extract(epoch from now() - k.created_at)::float8 as age_secs,
+                   extract(epoch from k.locked_until - now())::float8 as lease_remaining_secs,
+                   count(*) over () as total
+            from idempotency_keys k
+            join customers c on c.id = k.customer_id
+            where ($2::uuid is null or k.customer_id = $2)
+              and ($3::text is null or strpos(k.key, $3) > 0)
+        )
+        select id as "id!", key as "key!", customer_name as "customer_name!",
+               status as "status!", recovery_point as "recovery_point!", lease_token as "lease_token!",
+               lease_owner, attempts as "attempts!", response_status, created_at as "created_at!",
+               age_secs as "age_secs!", lease_remaining_secs, total as "total!"
+        from matching
+        where ($1::text is null or status = $1)
+          and ($4::uuid is null or id < $4)
+          and ($5::uuid is null or id > $5)
+        order by (case when $5::uuid is null then id end) desc, id
+        limit $6
+        "#,
+        filter.status,
+        filter.customer,
+        filter.search,
+        before,
+        after,
+        limit + 1,
+    )
+    .fetch_all(pool)
+    .await?;
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let (has_older, has_newer) = match cursor {
+        Cursor::Newest => (more, false),
+        Cursor::Before(_) => (more, true),
+        Cursor::After(_) => {
+            rows.reverse();
+            (true, more)
+        }
+    };
+    let total = rows.first().map_or(0, |row| row.total);
+    Ok(KeyPage { rows, total, has_older, has_newer })
+}
+
+/// A customer, for the filter's list.
+pub struct CustomerOption {
+    pub id: Uuid,
+    pub name: String,
+}
+
+pub async fn customers(pool: &PgPool) -> sqlx::Result<Vec<CustomerOption>> {
+    sqlx::query_as!(CustomerOption, "select id, name from customers order by name, id limit 500").fetch_all(pool).await
+}
+
+/// Everything about one key.
+pub struct KeyDetail {
+    pub key: String,
+    pub customer_id: Uuid,
+    pub customer_name: String,
+    pub method: String,
+    pub route: String,
+    pub fingerprint: Vec<u8>,
+    pub request: Value,
+    pub status: String,
+    pub recovery_point: String,
+    pub lease_token: i64,
+    pub lease_owner: Option<String>,
+    pub locked_until: Option<OffsetDateTime>,
+    pub lease_remaining_secs: Option<f64>,
+    pub attempts: i32,
+    pub response_status: Option<i16>,
+    pub response_headers: Option<Value>,
+    pub response_body: Option<Vec<u8>>,
+    pub created_at: OffsetDateTime,
+    pub completed_at: Option<OffsetDateTime>,
+    pub expires_at: OffsetDateTime,
+}
+
+pub async fn key(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<KeyDetail>> {
+    sqlx::query_as!(
+        KeyDetail,
+        r#"
+        select k.key, k.customer_id, c.name as customer_name, k.method, k.route, k.fingerprint,
+               k.request,
+               case when k.state = 'processing' and k.locked_until > now() then 'in_flight'
+                    when k.state = 'processing' then 'stuck'
+                    else k.state end as "status!",
+               k.recovery_point, k.lease_token, k.lease_owner, k.locked_until,
+               extract(epoch from k.locked_until - now())::float8 as lease_remaining_secs,
+               k.attempts, k.response_status, k.response_headers, k.response_body,
+               k.created_at, k.completed_at, k.expires_at
+        from idempotency_keys k
+        join customers c on c.id = k.customer_id
+        where k.id = $1
+        "#,
+        id,
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// The payment a key created.
+pub struct LinkedPayment {
+    pub id: Uuid,
+    pub amount: i64,
+    pub currency: String,
+    pub payment_method: String,
+    pub status: String,
+    pub gateway_payment_intent_id: Option<String>,
+    pub failure_message: Option<String>,
+}
+
+pub async fn payment_of(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<LinkedPayment>> {
+    sqlx::query_as!(
+        LinkedPayment,
+        r#"
+        select id, amount, currency, payment_method, status, gateway_payment_intent_id, failure_message
+        from payments where idempotency_key_id = $1
+        "#,
+        key_id,
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// One event of a key's timeline.
+pub struct EventRow {
+    pub kind: String,
+    pub lease_token: Option<i64>,
+    pub detail: Value,
+    pub created_at: OffsetDateTime,
+}
+
+/// A key's events, oldest first (at most the last 500).
+pub async fn events_of(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Vec<EventRow>> {
+    let mut events = sqlx::query_as!(
+        EventRow,
+        r#"
+        select kind, lease_token, detail, created_at
+        from idempotency_events where key_id = $1
+        order by id desc limit 500
+        "#,
+        key_id,
+    )
+    .fetch_all(pool)
+    .await?;
+    events.reverse();
+    Ok(events)
+}
+
+/// Payments by public id, for the double-charge audit.
+pub struct AuditedPayment {
+    pub id: Uuid,
+    pub status: String,
+}
+
+pub async fn payments_by_id(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<AuditedPayment>> {
+    sqlx::query_as!(AuditedPayment, "select id, status from payments where id = any($1)", ids,).fetch_all(pool).await
+}
+
+/// Succeeded payments whose id is not among `charged` (at most `limit`), and how many there are.
+pub async fn succeeded_without_charge(pool: &PgPool, charged: &[Uuid], limit: i64) -> sqlx::Result<(Vec<Uuid>, i64)> {
+    let rows = sqlx::query!(
+        r#"
+        select id, count(*) over () as "total!"
+        from payments
+        where status = 'succeeded' and not (id = any($1))
+        order by id desc limit $2
+        "#,
+        charged,
+        limit,
+    )
+    .fetch_all(pool)
+    .await?;
+    let total = rows.first().map_or(0, |row| row.total);
+    Ok((rows.into_iter().map(|row| row.id).collect(), total))
+}
+
+/// The key rows of (customer, client key) pairs, for linking the audit to key pages.
+pub struct KeyRef {
+    pub id: Uuid,
+    pub customer_id: Uuid,
+    pub key: String,
+}
+
+pub async fn key_ids(pool: &PgPool, customers: &[Uuid], keys: &[String]) -> sqlx::Result<Vec<KeyRef>> {
+    sqlx::query_as!(
+        KeyRef,
+        r#"
+        select k.id, k.customer_id, k.key
+        from idempotency_keys k
+        join unnest($1::uuid[], $2::text[]) as wanted(customer_id, key)
+          on wanted.customer_id = k.customer_id and wanted.key = k.key
+        "#,
+        customers,
+        keys,
+    )
+    .fetch_all(pool)
+    .await
+}

@@ -1,0 +1,83 @@
+//! The browser-facing half of payonce: what the admin dashboard ([`crate::admin`]) and the shop
+//! ([`crate::shop`]) share.
+//!
+//! The JSON API (`/v1/…`) stays free of cookies: sessions, CSRF tokens and HTML error pages exist
+//! only on the routers of this half, each of which applies its own session layer
+//! ([`session::layer`]).
+//!
+//! ```text
+//! session    the cookie-backed sessions, stored in PostgreSQL (tower-sessions)
+//! csrf       a per-session token, checked on every POST before any handler runs
+//! flash      one-shot messages shown on the next page (post/redirect/get)
+//! page       the HTML error type, security headers, and the static assets under /assets/
+//! simulator  the built-in (or external) simulator's control API, for the gateway panel
+//! ```
+
+pub mod csrf;
+pub mod flash;
+pub mod page;
+pub mod session;
+pub mod simulator;
+
+use std::sync::Arc;
+
+use crate::config::WebConfig;
+
+/// What the browser-facing routers need beyond the API's state. Cheap to clone.
+#[derive(Clone)]
+pub struct WebState {
+    /// Cookie and session policy.
+    pub config: Arc<WebConfig>,
+    /// The simulator's control API, when the gateway is a simulator.
+    pub simulator: simulator::SimulatorControl,
+}
+
+impl WebState {
+    /// The web state of a server whose gateway is at `gateway_base_url`.
+    pub fn new(config: WebConfig, gateway_base_url: &str) -> Self {
+        Self { config: Arc::new(config), simulator: simulator::SimulatorControl::new(gateway_base_url) }
+    }
+}
+
+/// Time of day as `HH:MM:SS` (UTC), for tables and timelines.
+pub fn clock(at: time::OffsetDateTime) -> String {
+    format!("{:02}:{:02}:{:02}", at.hour(), at.minute(), at.second())
+}
+
+/// A full UTC timestamp (RFC 3339), for `<time datetime=…>` and tooltips.
+pub fn rfc3339(at: time::OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+}
+
+/// "4 s ago", "3 min ago", "2 h ago", "5 d ago": how long ago `secs` seconds is, for people.
+pub fn ago(secs: f64) -> String {
+    let secs = secs.max(0.0) as u64;
+    match secs {
+        0..60 => format!("{secs} s ago"),
+        60..3600 => format!("{} min ago", secs / 60),
+        3600..86_400 => format!("{} h ago", secs / 3600),
+        _ => format!("{} d ago", secs / 86_400),
+    }
+}
+
+/// An amount in minor units as money: `12.50 USD`.
+pub fn money(amount: i64, currency: &str) -> String {
+    format!("{}.{:02} {}", amount / 100, (amount % 100).abs(), currency.to_ascii_uppercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Relative times pick the largest whole unit.
+    #[test]
+    fn relative_times() {
+        assert_eq!(ago(-1.0), "0 s ago");
+        assert_eq!(ago(59.9), "59 s ago");
+        assert_eq!(ago(61.0), "1 min ago");
+        assert_eq!(ago(7200.0), "2 h ago");
+        assert_eq!(ago(200_000.0), "2 d ago");
+        assert_eq!(money(1250, "usd"), "12.50 USD");
+        assert_eq!(money(5, "eur"), "0.05 EUR");
+    }
+}

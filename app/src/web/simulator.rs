@@ -1,0 +1,125 @@
+//! The simulator's control API (`/_sim/…`, [`crate::simulator`]), as the dashboard's gateway
+//! panel uses it. It works for the built-in simulator and for an external `payonce stripe-sim`
+//! alike, because both answer on the gateway's base URL. Against real Stripe the probe finds
+//! nothing and the panel stays hidden.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::simulator::{Charge, Faults};
+
+/// How long one control call may take; the simulator answers these from memory.
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a probe's answer is trusted, so that rendering pages does not probe every time.
+const PROBE_TTL: Duration = Duration::from_secs(5);
+
+/// A client of the control API. Cheap to clone.
+#[derive(Clone)]
+pub struct SimulatorControl {
+    client: reqwest::Client,
+    /// The gateway's base URL (ending in `/`); `None` when it is HTTPS (real Stripe, or anything
+    /// else that is not a local simulator: this client speaks plain HTTP only).
+    base: Option<Arc<str>>,
+    /// The last probe: when, and whether the simulator answered.
+    probed: Arc<Mutex<Option<(Instant, bool)>>>,
+}
+
+/// Why a control call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulatorError {
+    #[error("the gateway is not a payonce simulator")]
+    NotASimulator,
+    #[error("the simulator could not be reached: {0}")]
+    Unreachable(#[from] reqwest::Error),
+    /// The simulator refused the request, with its own explanation.
+    #[error("{0}")]
+    Refused(String),
+}
+
+#[derive(Deserialize)]
+struct Ledger {
+    charges: Vec<Charge>,
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    error: EnvelopeError,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeError {
+    message: String,
+}
+
+impl SimulatorControl {
+    pub fn new(gateway_base_url: &str) -> Self {
+        let base = gateway_base_url.starts_with("http://").then(|| Arc::from(gateway_base_url));
+        let client = reqwest::Client::builder().timeout(TIMEOUT).build().unwrap_or_default();
+        Self { client, base, probed: Arc::default() }
+    }
+
+    /// Whether the gateway is a simulator: `GET {base}_sim/faults` answers 200. Cached briefly.
+    pub async fn is_active(&self) -> bool {
+        let cached = *self.probed.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, active)) = cached
+            && at.elapsed() < PROBE_TTL
+        {
+            return active;
+        }
+        let active = self.faults().await.is_ok();
+        *self.probed.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), active));
+        active
+    }
+
+    fn url(&self, path: &str) -> Result<String, SimulatorError> {
+        let base = self.base.as_deref().ok_or(SimulatorError::NotASimulator)?;
+        Ok(format!("{base}{path}"))
+    }
+
+    /// The faults in force.
+    pub async fn faults(&self) -> Result<Faults, SimulatorError> {
+        let response = self.client.get(self.url("_sim/faults")?).send().await?;
+        if !response.status().is_success() {
+            return Err(SimulatorError::NotASimulator);
+        }
+        Ok(response.json().await?)
+    }
+
+    /// Replaces the faults; the simulator's own message when it refuses them.
+    pub async fn set_faults(&self, faults: &Faults) -> Result<Faults, SimulatorError> {
+        let response = self.client.put(self.url("_sim/faults")?).json(faults).send().await?;
+        if response.status().is_success() {
+            return Ok(response.json().await?);
+        }
+        let status = response.status();
+        let message = match response.json::<Envelope>().await {
+            Ok(envelope) => envelope.error.message,
+            Err(_) => format!("the simulator answered {status}"),
+        };
+        Err(SimulatorError::Refused(message))
+    }
+
+    /// Every successful charge in the simulator's ledger.
+    pub async fn charges(&self) -> Result<Vec<Charge>, SimulatorError> {
+        let response = self.client.get(self.url("_sim/charges")?).send().await?;
+        if !response.status().is_success() {
+            return Err(SimulatorError::NotASimulator);
+        }
+        Ok(response.json::<Ledger>().await?.charges)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An HTTPS gateway (real Stripe) is never probed: the panel stays hidden, offline.
+    #[tokio::test]
+    async fn real_stripe_is_not_a_simulator() {
+        let control = SimulatorControl::new("https://api.stripe.com/");
+        assert!(!control.is_active().await);
+        assert!(matches!(control.charges().await, Err(SimulatorError::NotASimulator)));
+    }
+}

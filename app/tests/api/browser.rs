@@ -1,0 +1,265 @@
+//! The dashboard and the shop in a real browser (headless Chromium, see `chromium.rs`): what an
+//! operator and a customer see and do, asserted against the database and the gateway's ledger.
+//! Each page visited is saved as `target/browser-artifacts/<name>.png`.
+
+use std::time::Duration;
+
+use fantoccini::actions::{InputSource, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
+use payonce::idempotency::{Claim, Engine, EngineSettings, EventLog, IdempotencyKey, Lease};
+use payonce::payments::CreatePayment;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::chromium::Browser;
+use crate::helpers::{TestApp, new_key, payment};
+
+pub const ADMIN: &str = "alice";
+pub const PASSWORD: &str = "correct-horse-battery";
+
+/// Creates the operator the tests sign in as.
+pub async fn create_admin(app: &TestApp) {
+    payonce::admin::accounts::create(&app.db, ADMIN, PASSWORD).await.expect("create an admin");
+}
+
+/// An engine of its own on the test database: a second "server" that can claim a key and then
+/// die without finishing it.
+pub fn crashing_engine(app: &TestApp, lease: Duration) -> Engine {
+    let (events, _writer) = EventLog::spawn(app.db.clone());
+    Engine::new(app.db.clone(), EngineSettings { lease, key_ttl: Duration::from_secs(86_400) }, events)
+}
+
+/// Claims `key` for the customer of `api_key` with the API's own payment `body`, as
+/// `POST /v1/payments` would, under `owner`; returns the lease, which the caller drops unfinished.
+pub async fn claim_and_crash(
+    app: &TestApp,
+    engine: &Engine,
+    api_key: &str,
+    key: &str,
+    body: Value,
+    owner: &str,
+) -> Lease {
+    let customer = payonce::customers::authenticate(&app.db, api_key).await.unwrap().expect("a customer");
+    let request = serde_json::from_value::<CreatePayment>(body).unwrap().validate().unwrap();
+    let key = IdempotencyKey::new(key.to_owned()).unwrap();
+    let op = payonce::http::payments::operation(customer.id, key, &request).unwrap();
+    match engine.claim(&op, owner).await.expect("claim") {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected to acquire the key, got {other:?}"),
+    }
+}
+
+/// Signs the browser in to the dashboard from wherever the login page is.
+async fn sign_in(browser: &Browser) {
+    browser.wait_for_path("/admin/login").await;
+    browser.fill("name", ADMIN).await;
+    browser.fill("password", PASSWORD).await;
+    browser.click("form.stacked button[type=submit]").await;
+}
+
+/// An anonymous visitor lands on the login page; signing in leads back to the page asked for;
+/// signing out ends the session.
+#[tokio::test]
+async fn dashboard_requires_login() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    for amount in [100, 200] {
+        let response = app.post_payment(&api_key, Some(&new_key()), &payment(amount)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let browser = Browser::start().await;
+
+    browser.goto(&app.url("/admin")).await;
+    assert_eq!(browser.wait_for_path("/admin/login").await, "/admin/login");
+    browser.screenshot("admin-login").await;
+
+    // A wrong password is refused, and says so.
+    browser.fill("name", ADMIN).await;
+    browser.fill("password", "not-the-password").await;
+    browser.click("form.stacked button[type=submit]").await;
+    browser.wait_for_text("Wrong name or password.").await;
+
+    browser.goto(&app.url("/admin/keys?state=completed")).await;
+    assert_eq!(browser.wait_for_path("/admin/login").await, "/admin/login?next=%2Fadmin%2Fkeys%3Fstate%3Dcompleted");
+    sign_in(&browser).await;
+    assert_eq!(browser.wait_for_path("/admin/keys").await, "/admin/keys?state=completed");
+    browser.wait_for_text("2 keys match").await;
+    browser.wait_for_text("Signed in as alice").await;
+    browser.screenshot("admin-keys").await;
+
+    // The table refreshes itself: a key paid now appears without a reload.
+    let fresh = new_key();
+    let response = app.post_payment(&api_key, Some(&fresh), &payment(300)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    browser.wait_for_text(&fresh).await;
+    browser.wait_for_text("3 keys match").await;
+
+    browser.goto(&app.url("/admin")).await;
+    browser.wait_for_text("Keys by state").await;
+    let completed = browser.find("a[href='/admin/keys?state=completed'] .num").await;
+    assert_eq!(completed.text().await.unwrap(), "3");
+    browser.find("svg.chart polyline.s-claims").await;
+    browser.screenshot("admin-overview").await;
+
+    browser.click(".signout button").await;
+    browser.wait_for_text("You are signed out.").await;
+    browser.goto(&app.url("/admin")).await;
+    browser.wait_for_path("/admin/login").await;
+    browser.close().await;
+}
+
+/// A server claims a key and dies: the key shows up as stuck, the operator releases it (a new
+/// token fences the dead holder off), and the client's next retry completes it with one charge.
+#[tokio::test]
+async fn stuck_key_appears_and_release_lets_the_retry_finish_it() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let key = new_key();
+    let engine = crashing_engine(&app, Duration::from_secs(1));
+    let lease = claim_and_crash(&app, &engine, &api_key, &key, payment(4200), "http:crashed-host:4242").await;
+    let key_id = lease.key_id;
+    drop(lease); // the worker died right after its claim
+    tokio::time::sleep(Duration::from_millis(1300)).await; // its lease lapses
+
+    let browser = Browser::start().await;
+    browser.goto(&app.url("/admin/keys?state=stuck")).await;
+    sign_in(&browser).await;
+    browser.wait_for_path("/admin/keys").await;
+    browser.wait_for_text(&key).await;
+    browser.wait_for_text("Stuck").await;
+    browser.screenshot("admin-keys-stuck").await;
+
+    browser.click(&format!("a[href='/admin/keys/{key_id}']")).await;
+    browser.wait_for_text("Operator actions").await;
+    let page = browser.text().await;
+    assert!(page.contains("http:crashed-host:4242"), "the lease owner is shown:\n{page}");
+    assert!(page.contains("lapsed"), "the lease countdown says it lapsed:\n{page}");
+    browser.screenshot("admin-key-stuck").await;
+
+    // The confirmation step: the button is inside a closed disclosure until asked for.
+    browser.click(".actions details summary").await;
+    browser.screenshot("admin-key-release-confirm").await;
+    browser.click("#release").await;
+    browser.wait_for_text("Released the key").await;
+    browser.screenshot("admin-key-released").await;
+
+    let (state, token, owner): (String, i64, Option<String>) =
+        sqlx::query_as("select state, lease_token, lease_owner from idempotency_keys where id = $1")
+            .bind(key_id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), token, owner), ("processing", 2, None));
+    let by: String =
+        sqlx::query_scalar("select detail->>'by' from idempotency_events where key_id = $1 and kind = 'released'")
+            .bind(key_id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(by, "operator:alice");
+
+    // The client retries: it resumes the key and is charged exactly once.
+    let response = app.post_payment(&api_key, Some(&key), &payment(4200)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    assert_eq!(app.charges_for(&key).await.len(), 1);
+    assert_eq!(app.event_kinds(&key).await, ["claimed", "released", "reclaimed", "payment_created", "completed"]);
+
+    browser.goto(&app.url(&format!("/admin/keys/{key_id}"))).await;
+    browser.wait_for_text("Completed").await;
+    browser.wait_for_text("pi_").await;
+    browser.screenshot("admin-key-completed").await;
+    browser.close().await;
+}
+
+/// Two clicks on Pay (the second while the first is still at the gateway) are one payment: one
+/// charge in the ledger, and the browser ends on the receipt. Going back and paying again with
+/// the same page is the same payment too.
+#[tokio::test]
+async fn double_click_on_pay_charges_once() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let browser = Browser::start().await;
+
+    browser.goto(&app.url("/")).await;
+    browser.wait_for_text("Sign in to the demo shop").await;
+    browser.screenshot("shop-sign-in").await;
+    browser.fill("api_key", &api_key).await;
+    browser.click("form.stacked button[type=submit]").await;
+    browser.wait_for_text("Hello, acme").await;
+    assert!(!browser.text().await.contains(&api_key), "the API key is never shown back");
+    browser.screenshot("shop-home").await;
+
+    browser.click("#buy-mug").await;
+    browser.wait_for_text("Exactly-once mug").await;
+    let key = browser.find("#idempotency-key").await.text().await.unwrap();
+    Uuid::try_parse(&key).expect("the form carries a UUID key");
+    browser.screenshot("shop-checkout").await;
+
+    // The gateway takes a second: the second click arrives while the first is in flight.
+    app.set_faults(json!({"latency_ms": 1000})).await;
+    let pay = browser.find("#pay").await;
+    let double_click = MouseActions::new("mouse".into())
+        .then(PointerAction::MoveToElement { element: pay, duration: None, x: 0.0, y: 0.0 })
+        .then(PointerAction::Down { button: MOUSE_BUTTON_LEFT })
+        .then(PointerAction::Up { button: MOUSE_BUTTON_LEFT })
+        .then(PointerAction::Pause { duration: Duration::from_millis(120) })
+        .then(PointerAction::Down { button: MOUSE_BUTTON_LEFT })
+        .then(PointerAction::Up { button: MOUSE_BUTTON_LEFT });
+    browser.client.perform_actions(double_click).await.expect("double click");
+    browser.wait_for_path("/shop/receipts/").await;
+    browser.wait_for_text("Payment received").await;
+    browser.screenshot("shop-receipt").await;
+
+    assert_eq!(app.charges_for(&key).await.len(), 1, "one charge for the double click");
+    assert_eq!(app.count("payments").await, 1);
+    let kinds = app.event_kinds(&key).await;
+    assert!(
+        kinds.iter().any(|k| k == "conflict" || k == "replayed"),
+        "the second click reached the server as a retry of the same key: {kinds:?}"
+    );
+
+    // Back to the very same checkout page, and Pay again: a replay, not a second charge.
+    app.set_faults(json!({})).await;
+    browser.client.back().await.unwrap();
+    browser.wait_for_text("Exactly-once mug").await;
+    let again = browser.find("#idempotency-key").await.text().await.unwrap();
+    assert_eq!(again, key, "the back button shows the page as it was, with its key");
+    browser.click("#pay").await;
+    browser.wait_for_path("/shop/receipts/").await;
+    assert_eq!(app.charges_for(&key).await.len(), 1, "paying again from the same page charged nothing more");
+
+    // A payment in flight (another tab, another server) shows as such and refreshes itself.
+    let pending_key = Uuid::now_v7().to_string();
+    let engine = crashing_engine(&app, Duration::from_secs(60));
+    let _lease = claim_and_crash(&app, &engine, &api_key, &pending_key, payment(1200), "http:busy-host:1").await;
+    browser.goto(&app.url(&format!("/shop/payments/{pending_key}"))).await;
+    browser.wait_for_text("Your payment is in progress").await;
+    let refresh = browser.find("meta[http-equiv=refresh]").await;
+    assert_eq!(refresh.attr("content").await.unwrap().as_deref(), Some("2"));
+    browser.screenshot("shop-pending").await;
+
+    // A declined card says so, charges nothing, and offers a fresh form.
+    browser.goto(&app.url("/shop/checkout/tee")).await;
+    browser.wait_for_text("Idempotency T-shirt").await;
+    browser.click("input[value=pm_card_chargeDeclinedInsufficientFunds]").await;
+    let declined_key = browser.find("#idempotency-key").await.text().await.unwrap();
+    browser.click("#pay").await;
+    browser.wait_for_text("Your card was declined").await;
+    browser.wait_for_text("Your card has insufficient funds.").await;
+    browser.wait_for_text("You have not been charged").await;
+    browser.screenshot("shop-declined").await;
+    assert!(app.charges_for(&declined_key).await.is_empty());
+    let fresh = browser.find("#idempotency-key").await.text().await.unwrap();
+    assert_ne!(fresh, declined_key, "another card needs another key");
+
+    // The double-charge audit agrees.
+    browser.goto(&app.url("/admin/gateway")).await;
+    sign_in(&browser).await;
+    browser.wait_for_text("No double charges.").await;
+    browser.wait_for_text("1 charge in the simulator's ledger for 1 idempotency key").await;
+    browser.screenshot("admin-gateway").await;
+    browser.close().await;
+}
