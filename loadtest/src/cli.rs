@@ -40,6 +40,12 @@ pub struct Cli {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub requests: Option<u64>,
 
+    /// Benchmark scenarios: send at this total rate (requests/s, shared by the workers) instead of
+    /// as fast as answers come back. Latency then counts from each request's scheduled time, so a
+    /// server that falls behind is not flattered by the client waiting for it.
+    #[arg(long, value_parser = positive_rate)]
+    pub rate: Option<f64>,
+
     /// Workers running operations concurrently.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
@@ -142,6 +148,7 @@ pub struct Settings {
     #[serde(serialize_with = "secs")]
     pub client_timeout: Duration,
     pub max_attempts: u32,
+    pub rate: Option<f64>,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -152,6 +159,13 @@ fn optional_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::
     match d {
         Some(d) => s.serialize_f64(d.as_secs_f64()),
         None => s.serialize_none(),
+    }
+}
+
+fn positive_rate(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!("{value:?} is not a positive rate (requests per second)")),
     }
 }
 
@@ -189,6 +203,7 @@ impl Cli {
             mix: self.mix,
             client_timeout,
             max_attempts: self.max_attempts,
+            rate: self.rate,
         })
     }
 

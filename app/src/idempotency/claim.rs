@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::lease::{Lease, RecoveryPoint};
+use super::replays::Final;
 use super::{Engine, Event, EventKind, Fingerprint, IdempotencyKey, StoredResponse, secs};
 
 /// An idempotent request, reduced to what the engine needs to know about it.
@@ -79,6 +80,7 @@ struct Row {
     attempts: i32,
     lease_expired: bool,
     lease_remaining_secs: f64,
+    expires_in_secs: f64,
     response_status: Option<i16>,
     response_headers: Option<Value>,
     response_body: Option<Vec<u8>>,
@@ -92,6 +94,12 @@ const ATTEMPTS: usize = 4;
 impl Engine {
     /// Claims `op.key` for `owner` (a name for logs and the dashboard, e.g. `http:host:pid`).
     pub async fn claim(&self, op: &Operation, owner: &str) -> Result<Claim, ClaimError> {
+        // A final answer this process replayed a moment ago: the same checks, without the database.
+        if let Some(known) = self.replays().get(op.customer_id, op.key.as_str()) {
+            self.check_scope_and_payload(op, known.key_id, &known.method, &known.route, known.fingerprint.as_bytes())?;
+            self.observe(op, known.key_id, EventKind::Replayed, json!({"status": known.response.status.as_u16()}));
+            return Ok(Claim::Completed(known.response));
+        }
         for _ in 0..ATTEMPTS {
             let Some(row) = self.claim_or_load(op, owner).await? else {
                 // Conflict, but the row is not visible to this statement (see below): look again.
@@ -156,6 +164,7 @@ impl Engine {
                    recovery_point as "recovery_point!", lease_token as "lease_token!", attempts as "attempts!",
                    coalesce(locked_until <= now(), false) as "lease_expired!",
                    coalesce(extract(epoch from locked_until - now())::float8, 0) as "lease_remaining_secs!",
+                   extract(epoch from expires_at - now())::float8 as "expires_in_secs!",
                    response_status, response_headers, response_body
             from found
             "#,
@@ -177,16 +186,7 @@ impl Engine {
 
     /// Scope, then fingerprint, then state. `None` means "our reclaim lost a race; look again".
     async fn decide(&self, op: &Operation, row: Row, owner: &str) -> Result<Option<Claim>, ClaimError> {
-        // Scope. The row was found by (customer, key), so it is this customer's by construction;
-        // what remains is the operation it was created for.
-        if row.method != op.method || row.route != op.route {
-            self.observe(op, row.id, EventKind::Mismatch, json!({"reason": "route", "route": row.route}));
-            return Err(ClaimError::RouteMismatch { method: row.method, route: row.route });
-        }
-        if row.fingerprint.as_slice() != op.fingerprint.as_bytes() {
-            self.observe(op, row.id, EventKind::Mismatch, json!({"reason": "payload"}));
-            return Err(ClaimError::PayloadMismatch);
-        }
+        self.check_scope_and_payload(op, row.id, &row.method, &row.route, &row.fingerprint)?;
         match row.state.as_str() {
             "completed" | "failed" => {
                 let stored = match (row.response_status, &row.response_headers, row.response_body) {
@@ -195,6 +195,15 @@ impl Engine {
                 }
                 .ok_or(ClaimError::Corrupt(row.id))?;
                 self.observe(op, row.id, EventKind::Replayed, json!({"status": stored.status.as_u16()}));
+                let known = Final {
+                    key_id: row.id,
+                    method: row.method,
+                    route: row.route,
+                    fingerprint: op.fingerprint,
+                    response: stored.clone(),
+                };
+                let expires_in = Duration::try_from_secs_f64(row.expires_in_secs).unwrap_or_default();
+                self.replays().put(op.customer_id, op.key.as_str(), known, expires_in);
                 Ok(Some(Claim::Completed(stored)))
             }
             "processing" if !row.lease_expired => {
@@ -205,6 +214,27 @@ impl Engine {
             "processing" => Ok(self.reclaim(op, row, owner).await?.map(Claim::Acquired)),
             _ => Err(ClaimError::Corrupt(row.id)),
         }
+    }
+
+    /// Scope, then fingerprint. The row was found by (customer, key), so it is this customer's by
+    /// construction; what remains is the operation it was created for, then the payload.
+    fn check_scope_and_payload(
+        &self,
+        op: &Operation,
+        key_id: Uuid,
+        method: &str,
+        route: &str,
+        fingerprint: &[u8],
+    ) -> Result<(), ClaimError> {
+        if method != op.method || route != op.route {
+            self.observe(op, key_id, EventKind::Mismatch, json!({"reason": "route", "route": route}));
+            return Err(ClaimError::RouteMismatch { method: method.to_owned(), route: route.to_owned() });
+        }
+        if fingerprint != op.fingerprint.as_bytes() {
+            self.observe(op, key_id, EventKind::Mismatch, json!({"reason": "payload"}));
+            return Err(ClaimError::PayloadMismatch);
+        }
+        Ok(())
     }
 
     /// Takes over a key whose lease ran out: the token grows, so whoever held it before can no

@@ -25,6 +25,7 @@ pub mod key;
 pub mod lease;
 pub mod operator;
 pub mod recovery;
+pub mod replays;
 pub mod response;
 
 use std::sync::Arc;
@@ -72,11 +73,13 @@ struct Inner {
     pool: PgPool,
     settings: EngineSettings,
     events: EventLog,
+    /// Final answers recently replayed by this process.
+    replays: replays::ReplayCache,
 }
 
 impl Engine {
     pub fn new(pool: PgPool, settings: EngineSettings, events: EventLog) -> Self {
-        Self { inner: Arc::new(Inner { pool, settings, events }) }
+        Self { inner: Arc::new(Inner { pool, settings, events, replays: Default::default() }) }
     }
 
     /// The pool the engine writes through.
@@ -92,6 +95,11 @@ impl Engine {
     /// The observation event log.
     pub fn events(&self) -> &EventLog {
         &self.inner.events
+    }
+
+    /// Final answers recently replayed by this process.
+    pub fn replays(&self) -> &replays::ReplayCache {
+        &self.inner.replays
     }
 }
 

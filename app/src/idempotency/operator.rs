@@ -90,6 +90,8 @@ impl Engine {
         )
         .fetch_one(self.pool())
         .await?;
+        // This process may have the answer in memory; other servers forget it within seconds.
+        self.replays().forget(key_id);
         self.settle(expired, EventKind::Expired, key_id, seen_token, &by).await
     }
 

@@ -374,3 +374,35 @@ async fn the_unprotected_bench_route_is_off_by_default() {
     assert_eq!(app.charges().await.len(), 2, "no idempotency layer: two requests, two charges");
     assert_eq!(app.count("idempotency_keys").await, 0);
 }
+
+/// Replays are answered from memory once a process has replayed a key, with the same checks: a
+/// different payload is still a 422. Memory never outlives the key: once it has expired and been
+/// deleted, the key names a new request.
+#[tokio::test]
+async fn replays_from_memory_check_the_payload_and_end_with_the_key() {
+    let app = TestApp::spawn_with(crate::helpers::Options {
+        key_ttl: std::time::Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await;
+    let api_key = app.customer("acme").await;
+    let key = new_key();
+    let (_, _, first) = parts(app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap()).await;
+    for _ in 0..3 {
+        let replay = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    }
+    let reused = app.post_payment(&api_key, Some(&key), &payment(999)).send().await.unwrap();
+    assert_problem(reused, StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused").await;
+    let kinds = app.event_kinds(&key).await;
+    assert_eq!(kinds.iter().filter(|k| *k == "replayed").count(), 3, "every replay is an event: {kinds:?}");
+
+    // Past its expiry, as the reaper would: delete the key.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    sqlx::query("delete from idempotency_keys").execute(&app.db).await.unwrap();
+    let (status, headers, second) =
+        parts(app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(headers.get("idempotent-replayed").is_none());
+    assert_ne!(first["id"], second["id"]);
+}
