@@ -7,13 +7,13 @@
 //! # Layout
 //!
 //! ```text
-//! cli            the `payonce` command line: serve, sweep, migrate, customers, stripe-sim
+//! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim
 //! config         runtime configuration resolved from flags and environment
 //! server         `payonce serve`: startup and orderly shutdown of everything below
 //! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
 //! metrics        Prometheus counters and histograms (`GET /metrics`)
 //! db             the connection pool, migrations, and the zero-config local PostgreSQL
-//! customers      API customers and their keys (hashed, compared in constant time)
+//! customers      API customers and their keys (hashed, compared in constant time, cached 30 s)
 //! idempotency    the engine, independent of what a request does:
 //!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)
 //!   fingerprint  canonical JSON and the SHA-256 request fingerprint
@@ -21,11 +21,13 @@
 //!   lease        the fencing token, the heartbeat, releasing a key
 //!   recovery     taking over abandoned keys and reaping expired ones (FOR UPDATE SKIP LOCKED)
 //!   response     the stored response, replayed byte for byte
+//!   replays      final answers replayed recently, kept in memory for a few seconds
 //!   events       the append-only `idempotency_events` log
 //!   operator     the dashboard's fenced actions: release a stuck key, expire a final one
 //! payments       the payment resource and its recovery points (started → payment_created →
 //!                finished): one short statement each, the gateway call between them
-//! gateway        Stripe through async-stripe, with a deterministic downstream idempotency key
+//! gateway        Stripe through async-stripe (over a pooled transport), with a deterministic
+//!                downstream idempotency key
 //! sweeper        the background worker: completes abandoned keys, gives up hopeless ones,
 //!                deletes expired ones
 //! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
@@ -43,6 +45,8 @@
 //!                                  │  │                       (lease held, heartbeat running,
 //!                                  │  └─ in flight ─► 409       no transaction open)
 //!                                  └─ completed ─► stored response replayed
+//!
+//! sweeper ─► idempotency::recovery (abandoned keys) ─► payments::process (the same code)
 //! ```
 //!
 //! Every write after the claim carries the lease's fencing token, so a worker that lost its lease

@@ -406,3 +406,35 @@ async fn replays_from_memory_check_the_payload_and_end_with_the_key() {
     assert!(headers.get("idempotent-replayed").is_none());
     assert_ne!(first["id"], second["id"]);
 }
+
+/// `GET /metrics` speaks Prometheus and counts the engine's events and the gateway's latency.
+#[tokio::test]
+async fn metrics_count_events_and_gateway_latency() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    let key = new_key();
+    for _ in 0..2 {
+        app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
+    }
+    app.post_payment(&api_key, Some(&key), &payment(101)).send().await.unwrap();
+
+    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let text = response.text().await.unwrap();
+    // The recorder is process-wide and other tests run beside this one: look for the series, not
+    // for exact counts.
+    for kind in ["claimed", "payment_created", "completed", "replayed", "mismatch"] {
+        let series = format!("payonce_idempotency_events_total{{kind=\"{kind}\"}} ");
+        let count: u64 = text
+            .lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(count >= 1, "{series}{count}");
+    }
+    assert!(text.contains("payonce_gateway_request_duration_seconds_bucket{outcome=\"succeeded\""), "{text}");
+    assert!(text.contains("payonce_sweeps_total"), "{text}");
+}
