@@ -299,8 +299,12 @@ async fn run(command: Command) -> CliResult {
         Command::Sweep(args) => sweep(args).await?,
         Command::Migrate(args) => {
             let database = Database::open(&args.config()).await?;
-            tracing::info!(migrations = crate::db::MIGRATOR.iter().count(), "database is up to date");
+            // The session store keeps its own table, created here too so that a database migrated
+            // ahead of a deployment is complete.
+            let sessions = crate::web::session::migrate(&database.pool).await;
             database.close().await;
+            sessions?;
+            tracing::info!(migrations = crate::db::MIGRATOR.iter().count(), "database is up to date");
         }
         Command::Customers { command: CustomersCommand::Create { name, database } } => {
             let database = Database::open(&database.config()).await?;
