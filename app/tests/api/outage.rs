@@ -15,7 +15,9 @@ use crate::helpers::{Options, TestApp, new_key, payment};
 async fn database_outage_then_every_payment_completes_once() {
     // A PostgreSQL of its own, so stopping it disturbs no other test.
     let dir = std::env::temp_dir().join(format!("payonce-outage-{}", uuid::Uuid::new_v4().simple()));
-    let postgres = LocalPostgres::start(&dir).await.expect("a local PostgreSQL for the outage");
+    let cluster =
+        OwnCluster { postgres: Some(LocalPostgres::start(&dir).await.expect("a PostgreSQL for the outage")), dir };
+    let postgres = cluster.postgres.as_ref().expect("just started");
     let app = Arc::new(
         TestApp::spawn_with(Options {
             lease: Duration::from_secs(2),
@@ -99,9 +101,29 @@ async fn database_outage_then_every_payment_completes_once() {
     }
     assert_eq!(app.count("payments").await, keys.len() as i64);
     eprintln!("{} payments, {} non-201 answers during the outage", keys.len(), answers.len());
+}
 
-    drop(answers);
-    drop(app);
-    postgres.stop().await.expect("stop the outage PostgreSQL");
-    let _ = std::fs::remove_dir_all(&dir);
+/// The test's own PostgreSQL, stopped and deleted when the test ends, passed or failed.
+struct OwnCluster {
+    postgres: Option<LocalPostgres>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let (postgres, dir) = (self.postgres.take(), self.dir.clone());
+        // A thread of its own: Drop cannot await, and the test's runtime may be going away.
+        let _ = std::thread::spawn(move || {
+            if let Some(postgres) = postgres {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let _ = runtime.block_on(postgres.stop());
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            // And the lock file LocalPostgres keeps beside the folder.
+            let mut lock = dir.into_os_string();
+            lock.push(".lock");
+            let _ = std::fs::remove_file(lock);
+        })
+        .join();
+    }
 }
