@@ -102,16 +102,7 @@ struct ServeArgs {
     sim_addr: SocketAddr,
 
     #[command(flatten)]
-    database: DatabaseArgs,
-
-    #[command(flatten)]
-    engine: EngineArgs,
-
-    #[command(flatten)]
-    gateway: GatewayArgs,
-
-    #[command(flatten)]
-    sweeper: SweeperArgs,
+    worker: WorkerArgs,
 
     /// Also serve POST /bench/payments, the payment handler WITHOUT the idempotency layer, so a
     /// benchmark can measure the layer's cost. Never enable it for real clients.
@@ -140,6 +131,13 @@ struct SweepArgs {
     #[arg(long)]
     once: bool,
 
+    #[command(flatten)]
+    worker: WorkerArgs,
+}
+
+/// What every process that drives payments needs, `serve` and `sweep` alike.
+#[derive(Debug, Args)]
+struct WorkerArgs {
     #[command(flatten)]
     database: DatabaseArgs,
 
@@ -252,14 +250,14 @@ impl ServeArgs {
     fn config(&self) -> ServeConfig {
         ServeConfig {
             addr: self.addr,
-            database: self.database.config(),
-            engine: self.engine.settings(),
+            database: self.worker.database.config(),
+            engine: self.worker.engine.settings(),
             gateway: GatewayConfig {
-                stripe: self.gateway.stripe(),
+                stripe: self.worker.gateway.stripe(),
                 simulator_addr: self.sim_addr,
-                timeout: self.gateway.timeout(),
+                timeout: self.worker.gateway.timeout(),
             },
-            sweeper: self.sweeper.settings(),
+            sweeper: self.worker.sweeper.settings(),
             bench_routes: self.bench_routes,
             web: WebConfig {
                 secure_cookies: self.web.secure_cookies,
@@ -354,15 +352,15 @@ fn admin_password() -> Result<String, Box<dyn std::error::Error + Send + Sync>> 
 async fn sweep(args: SweepArgs) -> CliResult {
     // A sweeper with a private simulator would charge a ledger nobody else sees: the standalone
     // sweeper must use the servers' gateway.
-    let stripe = args.gateway.stripe().ok_or(
+    let stripe = args.worker.gateway.stripe().ok_or(
         "the sweeper charges through the same gateway as the servers: set STRIPE_SECRET_KEY \
          (and STRIPE_API_BASE to point at a `payonce stripe-sim`)",
     )?;
-    let gateway = Gateway::new(stripe.secret_key.expose(), stripe.api_base.as_deref(), args.gateway.timeout())?;
-    let database = Database::open(&args.database.config()).await?;
+    let gateway = Gateway::new(stripe.secret_key.expose(), stripe.api_base.as_deref(), args.worker.gateway.timeout())?;
+    let database = Database::open(&args.worker.database.config()).await?;
     let (events, event_writer) = EventLog::spawn(database.pool.clone());
-    let engine = Engine::new(database.pool.clone(), args.engine.settings(), events);
-    let sweeper = Sweeper::new(engine, gateway, args.sweeper.settings(), owner_name("sweeper"));
+    let engine = Engine::new(database.pool.clone(), args.worker.engine.settings(), events);
+    let sweeper = Sweeper::new(engine, gateway, args.worker.sweeper.settings(), owner_name("sweeper"));
     if args.once {
         let report = sweeper.sweep().await;
         eprintln!("{report:?}");

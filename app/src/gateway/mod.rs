@@ -19,7 +19,7 @@ use stripe_core::payment_intent::CreatePaymentIntent;
 use stripe_core::{PaymentIntent, PaymentIntentStatus};
 use uuid::Uuid;
 
-use transport::Transport;
+pub(crate) use transport::Transport;
 
 /// How payonce reaches its gateway.
 #[derive(Clone)]
@@ -100,7 +100,7 @@ impl Gateway {
 
     /// Creates and confirms a PaymentIntent. One attempt, with the caller's downstream key: the
     /// caller decides when to retry, so retries survive restarts.
-    pub async fn charge(&self, charge: &Charge<'_>) -> Result<ChargeOutcome, GatewayError> {
+    pub async fn charge(&self, charge: Charge<'_>) -> Result<ChargeOutcome, GatewayError> {
         let key = IdempotencyKey::new(&charge.idempotency_key)
             .map_err(|err| GatewayError::Transport(format!("invalid downstream key: {err}")))?;
         let mut request = CreatePaymentIntent::new(
@@ -109,7 +109,7 @@ impl Gateway {
         )
         .payment_method(charge.payment_method)
         .confirm(true)
-        .metadata(charge.metadata.clone());
+        .metadata(charge.metadata);
         if let Some(description) = charge.description {
             request = request.description(description);
         }

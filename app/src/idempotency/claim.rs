@@ -73,12 +73,11 @@ struct Row {
     method: String,
     route: String,
     fingerprint: Vec<u8>,
-    request: Value,
     state: String,
     recovery_point: String,
     lease_token: i64,
     attempts: i32,
-    lease_expired: bool,
+    /// Zero or less once the lease has run out (and for final rows).
     lease_remaining_secs: f64,
     expires_in_secs: f64,
     response_status: Option<i16>,
@@ -107,17 +106,13 @@ impl Engine {
             };
             if row.claimed {
                 EventKind::Claimed.count(1);
-                let lease = Lease::new(
-                    self.clone(),
+                return Ok(Claim::Acquired(self.lease(
+                    op,
                     row.id,
-                    op.customer_id,
-                    op.key.as_str().to_owned(),
                     row.lease_token,
                     RecoveryPoint::Started,
-                    row.request,
                     row.attempts,
-                );
-                return Ok(Claim::Acquired(lease));
+                )));
             }
             if let Some(claim) = self.decide(op, row, owner).await? {
                 return Ok(claim);
@@ -160,9 +155,8 @@ impl Engine {
                 where customer_id = $2 and key = $3 and not exists (select from claimed)
             )
             select claimed as "claimed!", id as "id!", method as "method!", route as "route!",
-                   fingerprint as "fingerprint!", request as "request!", state as "state!",
+                   fingerprint as "fingerprint!", state as "state!",
                    recovery_point as "recovery_point!", lease_token as "lease_token!", attempts as "attempts!",
-                   coalesce(locked_until <= now(), false) as "lease_expired!",
                    coalesce(extract(epoch from locked_until - now())::float8, 0) as "lease_remaining_secs!",
                    extract(epoch from expires_at - now())::float8 as "expires_in_secs!",
                    response_status, response_headers, response_body
@@ -206,7 +200,7 @@ impl Engine {
                 self.replays().put(op.customer_id, op.key.as_str(), known, expires_in);
                 Ok(Some(Claim::Completed(stored)))
             }
-            "processing" if !row.lease_expired => {
+            "processing" if row.lease_remaining_secs > 0.0 => {
                 let retry_after = retry_after(row.lease_remaining_secs);
                 self.observe(op, row.id, EventKind::Conflict, json!({"retry_after": retry_after.as_secs()}));
                 Ok(Some(Claim::InFlight { retry_after }))
@@ -270,17 +264,15 @@ impl Engine {
         Ok(reclaimed.map(|r| {
             EventKind::Reclaimed.count(1);
             tracing::info!(key_id = %row.id, token = r.lease_token, ?recovery_point, "reclaimed an expired lease");
-            Lease::new(
-                self.clone(),
-                row.id,
-                op.customer_id,
-                op.key.as_str().to_owned(),
-                r.lease_token,
-                recovery_point,
-                row.request,
-                r.attempts,
-            )
+            self.lease(op, row.id, r.lease_token, recovery_point, r.attempts)
         }))
+    }
+
+    /// The lease on `op`'s key row. The request is the client's own: its fingerprint matched the
+    /// stored one, so it *is* the stored canonical request, and the row's copy need not be read.
+    fn lease(&self, op: &Operation, key_id: Uuid, token: i64, recovery_point: RecoveryPoint, attempts: i32) -> Lease {
+        let (customer_id, client_key, request) = (op.customer_id, op.key.as_str().to_owned(), op.request.clone());
+        Lease::new(self.clone(), key_id, customer_id, client_key, token, recovery_point, request, attempts)
     }
 
     fn observe(&self, op: &Operation, key_id: Uuid, kind: EventKind, detail: Value) {

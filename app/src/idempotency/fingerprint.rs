@@ -25,11 +25,6 @@ impl Fingerprint {
         Self(hasher.finalize().into())
     }
 
-    /// Rebuilds a fingerprint read from the database.
-    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
-        bytes.try_into().ok().map(Self)
-    }
-
     /// The digest.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0

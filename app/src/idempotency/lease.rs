@@ -7,7 +7,6 @@
 //! what makes it safe to presume a slow worker dead: even if it wakes up, it can no longer write.
 
 use std::future::Future;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -178,10 +177,5 @@ impl Lease {
             detail: json!({"recovery_point": self.recovery_point.as_str()}),
         });
         LeaseLost { key_id: self.key_id, token: self.token }
-    }
-
-    /// How long a lease lasts without a heartbeat.
-    pub fn length(&self) -> Duration {
-        self.engine.settings().lease
     }
 }

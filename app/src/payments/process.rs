@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 
 use axum::http::StatusCode;
+use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -53,7 +54,7 @@ pub enum ProcessError {
 
 /// Drives a claimed key from its recovery point to a final, stored response.
 pub async fn run(gateway: &Gateway, lease: Lease) -> Result<StoredResponse, ProcessError> {
-    let request: NewPayment = serde_json::from_value(lease.request.clone())
+    let request = NewPayment::deserialize(&lease.request)
         .map_err(|err| corrupt(&lease, format!("stored request unreadable: {err}")))?;
     let mut payment = match lease.recovery_point {
         RecoveryPoint::Started => {
@@ -129,7 +130,7 @@ async fn create_payment(lease: &Lease, request: &NewPayment) -> Result<Payment, 
 /// Step 2: the gateway call, under the lease's heartbeat.
 async fn charge(gateway: &Gateway, lease: &Lease, payment: &Payment) -> Result<ChargeOutcome, ProcessError> {
     let charge = charge_for(payment, &lease.client_key, gateway::downstream_key(lease.key_id));
-    match lease.hold(gateway.charge(&charge)).await? {
+    match lease.hold(gateway.charge(charge)).await? {
         Ok(outcome) => Ok(outcome),
         Err(err) => {
             tracing::warn!(key_id = %lease.key_id, error = %err, "no final answer from the gateway; releasing the key");
@@ -347,7 +348,7 @@ pub async fn run_unprotected(
     .await?;
     let mut payment = Payment::pending(id, customer_id, request, metadata, created_at);
     let charge = charge_for(&payment, "", format!("payonce-bench-{}", Uuid::new_v4().simple()));
-    let outcome = gateway.charge(&charge).await.map_err(ProcessError::Gateway)?;
+    let outcome = gateway.charge(charge).await.map_err(ProcessError::Gateway)?;
     payment.apply(&outcome);
     let failure = payment.failure.as_ref();
     sqlx::query!(

@@ -33,7 +33,6 @@ use tower_sessions::Session;
 use tower_sessions::cookie::SameSite;
 use uuid::Uuid;
 
-use crate::customers;
 use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::http::payments::{execute, operation};
@@ -164,7 +163,7 @@ async fn sign_in(
     session: Session,
     Form(form): Form<SignInForm>,
 ) -> Result<Response, WebError> {
-    let Some(customer) = customers::authenticate(state.engine.pool(), form.api_key.trim()).await? else {
+    let Some(customer) = state.auth.authenticate(form.api_key.trim()).await? else {
         let page = HomePage {
             csrf: csrf::token(&session).await?,
             shopper: None,

@@ -176,6 +176,9 @@ async fn unknown_payment_method_is_rejected_finally() {
     let replay = app.post_payment(&api_key, Some(&key), &body).send().await.unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert!(app.charges().await.is_empty());
+    let (status, code): (String, Option<String>) =
+        sqlx::query_as("select status, failure_code from payments").fetch_one(&app.db).await.unwrap();
+    assert_eq!((status.as_str(), code.as_deref()), ("failed", Some("resource_missing")));
 }
 
 /// Invalid bodies are 400 (415 for a wrong content type, 413 over 64 KiB), and the key is not
@@ -243,8 +246,11 @@ async fn invalid_bodies_are_refused_without_consuming_the_key() {
     .await;
 
     assert_eq!(app.count("idempotency_keys").await, 0, "no refused request may touch the key");
+    assert_eq!(app.count("payments").await, 0);
+    assert!(app.charges().await.is_empty());
     let ok = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     assert_eq!(ok.status(), StatusCode::CREATED);
+    assert_eq!(app.charges_for(&key).await.len(), 1, "the unused key then pays, once");
 }
 
 /// No API key, or a wrong one: 401 with `WWW-Authenticate`, before anything else is looked at.
@@ -264,6 +270,8 @@ async fn requests_need_a_valid_api_key() {
     }
     let response = app.get("nope", "/v1/payments").send().await.unwrap();
     assert_problem(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_eq!(app.count("idempotency_keys").await, 0, "an unauthenticated request claims nothing");
+    assert!(app.charges().await.is_empty());
 }
 
 /// A payment can be read back, and the list shows the caller's payments newest first, paginated.

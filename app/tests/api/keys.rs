@@ -68,4 +68,6 @@ async fn quoted_and_bare_forms_are_the_same_key() {
     let keys: Vec<String> =
         sqlx::query_scalar("select key from idempotency_keys order by created_at").fetch_all(&app.db).await.unwrap();
     assert_eq!(keys[1], r#"say "hi""#);
+    assert_eq!(app.charges_for(&key).await.len(), 1, "quoted and bare: one key, one charge");
+    assert_eq!(app.charges_for(r#"say "hi""#).await.len(), 1);
 }

@@ -1,6 +1,5 @@
 //! Gateway failures, slow workers and leases: nothing is lost, nothing is charged twice.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use payonce::sweeper::SweeperSettings;
@@ -107,17 +106,13 @@ async fn gateway_timeout_then_retry_charges_once() {
 /// replayed.
 #[tokio::test]
 async fn duplicate_in_flight_is_409_with_retry_after() {
-    let app = Arc::new(TestApp::spawn_with(Options { lease: Duration::from_secs(30), ..Default::default() }).await);
+    let app = TestApp::spawn_with(Options { lease: Duration::from_secs(30), ..Default::default() }).await;
     let api_key = app.customer("acme").await;
     let key = new_key();
     app.set_faults(json!({"latency_ms": 1500})).await;
 
-    let first = {
-        let (app, api_key, key) = (app.clone(), api_key.clone(), key.clone());
-        tokio::spawn(
-            async move { app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap().status() },
-        )
-    };
+    // `send()` owns what it needs: the first request runs on its own while the test goes on.
+    let first = tokio::spawn(app.post_payment(&api_key, Some(&key), &payment(100)).send());
     tokio::time::sleep(Duration::from_millis(400)).await;
     let response = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
@@ -126,7 +121,7 @@ async fn duplicate_in_flight_is_409_with_retry_after() {
     let problem = assert_problem(response, StatusCode::CONFLICT, "idempotency-key-in-use").await;
     assert_eq!(problem["retry_after"], retry_after);
 
-    assert_eq!(first.await.unwrap(), StatusCode::CREATED);
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
     let replay = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(app.charges_for(&key).await.len(), 1);
@@ -138,17 +133,12 @@ async fn duplicate_in_flight_is_409_with_retry_after() {
 /// off, and both end up with the one PaymentIntent the gateway made.
 #[tokio::test]
 async fn a_worker_presumed_dead_cannot_double_charge() {
-    let app = Arc::new(TestApp::spawn_with(Options { lease: Duration::from_secs(30), ..Default::default() }).await);
+    let app = TestApp::spawn_with(Options { lease: Duration::from_secs(30), ..Default::default() }).await;
     let api_key = app.customer("acme").await;
     let key = new_key();
     app.set_faults(json!({"latency_ms": 1000})).await;
 
-    let first = {
-        let (app, api_key, key) = (app.clone(), api_key.clone(), key.clone());
-        tokio::spawn(
-            async move { parts(app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap()).await },
-        )
-    };
+    let first = tokio::spawn(app.post_payment(&api_key, Some(&key), &payment(100)).send());
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Pretend the first worker stopped heartbeating long ago.
     sqlx::query("update idempotency_keys set locked_until = now() - interval '1 second' where key = $1")
@@ -160,7 +150,7 @@ async fn a_worker_presumed_dead_cannot_double_charge() {
     // The gateway is still executing the first call under the same downstream key.
     assert_problem(second, StatusCode::SERVICE_UNAVAILABLE, "gateway-unavailable").await;
 
-    let (status, _, body) = first.await.unwrap();
+    let (status, _, body) = parts(first.await.unwrap().unwrap()).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let charges = app.charges_for(&key).await;
     assert_eq!(charges.len(), 1);
@@ -179,24 +169,18 @@ async fn a_worker_presumed_dead_cannot_double_charge() {
 #[tokio::test]
 async fn heartbeat_keeps_a_slow_call_leased() {
     let sweeper = SweeperSettings { interval: Duration::from_millis(100), ..SweeperSettings::default() };
-    let app =
-        Arc::new(TestApp::spawn_with(Options { lease: Duration::from_secs(1), sweeper, ..Default::default() }).await);
+    let app = TestApp::spawn_with(Options { lease: Duration::from_secs(1), sweeper, ..Default::default() }).await;
     let api_key = app.customer("acme").await;
     let key = new_key();
     app.set_faults(json!({"latency_ms": 2500})).await;
 
-    let first = {
-        let (app, api_key, key) = (app.clone(), api_key.clone(), key.clone());
-        tokio::spawn(
-            async move { app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap().status() },
-        )
-    };
+    let first = tokio::spawn(app.post_payment(&api_key, Some(&key), &payment(100)).send());
     tokio::time::sleep(Duration::from_millis(1600)).await;
     let duplicate = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
     assert_eq!(duplicate.status(), StatusCode::CONFLICT);
     assert_eq!(duplicate.headers()["retry-after"], "1", "the remaining lease: under a second, rounded up");
 
-    assert_eq!(first.await.unwrap(), StatusCode::CREATED);
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
     assert_eq!(app.charges_for(&key).await.len(), 1);
     let kinds = app.event_kinds(&key).await;
     assert!(!kinds.contains(&"reclaimed".to_owned()), "{kinds:?}");
