@@ -30,7 +30,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use super::error::{ApiError, ErrorObject, ErrorType};
 use super::faults::{Action, Plan};
 use super::form::{CreateParams, Form};
-use super::idempotency::{Begin, Claim, ClaimId, Fingerprint, SavedResponse};
+use super::idempotency::{Begin, Claim, Fingerprint, SavedResponse};
 use super::ledger::Charge;
 use super::objects::{self, PaymentIntent, new_id};
 use super::payment_methods::{self, CardBehaviour, Decline};
@@ -73,17 +73,18 @@ async fn create_payment_intent(
     let form = Form::parse(&body);
     let params = CreateParams::from_form(&form)?;
     let idempotency_key = idempotency_key(&headers)?;
-    let fingerprint = Fingerprint { method: Method::POST, path: PAYMENT_INTENTS.to_owned(), params: form.canonical() };
+    let fingerprint = form.canonical();
 
-    let (claim_id, plan, epoch) = match decide(&sim, &api_key, idempotency_key.as_deref(), fingerprint, &params)? {
-        Decision::Execute { claim_id, plan, epoch } => (claim_id, plan, epoch),
+    let (plan, epoch) = match decide(&sim, &api_key, idempotency_key.as_deref(), fingerprint, &params)? {
+        Decision::Execute { plan, epoch } => (plan, epoch),
         Decision::Replay { saved, delay } => {
             tokio::time::sleep(delay).await;
             return Ok(respond(saved, true));
         }
     };
 
-    let claim = claim_id.zip(idempotency_key).map(|(id, key)| Claim::new(sim.clone(), api_key.clone(), key, id));
+    // Reaching execution means the key, if there is one, is now claimed by this request.
+    let claim = idempotency_key.map(|key| Claim::new(sim.clone(), api_key.clone(), key, epoch));
     let execution = Execution { sim, api_key, claim, params, plan, epoch };
     // Axum drops this handler's future when the client disconnects. Execution runs in its own
     // task so that once it has begun, the charge and the saved result always happen: a client
@@ -101,7 +102,7 @@ async fn create_payment_intent(
 /// What the idempotency layer decided for a create call that passed validation.
 enum Decision {
     /// Execute: the key (if any) is claimed, and the faults for this call are drawn.
-    Execute { claim_id: Option<ClaimId>, plan: Plan, epoch: u64 },
+    Execute { plan: Plan, epoch: u64 },
     /// Answer with the saved result after `delay` (latency applies to replays, nothing else).
     Replay { saved: SavedResponse, delay: Duration },
 }
@@ -117,23 +118,19 @@ fn decide(
 ) -> Result<Decision, ApiError> {
     let mut state = sim.state();
     let payment_method = params.payment_method.as_deref();
-    let claim_id = match idempotency_key {
-        None => None,
-        Some(key) => {
-            let claim_id = state.next_claim_id();
-            match state.account(api_key).keys.begin(key, fingerprint, claim_id) {
-                Begin::Execute(id) => Some(id),
-                Begin::Replay(saved) => {
-                    let delay = state.faults.replay_delay(payment_method);
-                    return Ok(Decision::Replay { saved, delay });
-                }
-                Begin::InUse => return Err(ApiError::idempotency_key_in_use()),
-                Begin::Mismatch => return Err(ApiError::idempotency_mismatch()),
+    if let Some(key) = idempotency_key {
+        match state.account(api_key).keys.begin(key, fingerprint) {
+            Begin::Execute => {}
+            Begin::Replay(saved) => {
+                let delay = state.faults.replay_delay(payment_method);
+                return Ok(Decision::Replay { saved, delay });
             }
+            Begin::InUse => return Err(ApiError::idempotency_key_in_use()),
+            Begin::Mismatch => return Err(ApiError::idempotency_mismatch()),
         }
-    };
+    }
     let plan = state.faults.plan_execution(payment_method);
-    Ok(Decision::Execute { claim_id, plan, epoch: state.epoch })
+    Ok(Decision::Execute { plan, epoch: state.epoch })
 }
 
 /// One create call that claimed its key (or had none) and is about to execute.
@@ -180,11 +177,6 @@ impl Execution {
             )
             .into_response();
         };
-        tracing::debug!(
-            idempotency_key = self.claim.as_ref().map(Claim::key),
-            outcome = saved.outcome,
-            "stripe simulator executed a create call"
-        );
         if self.plan.action == Action::LoseResponse { lost_response(saved.status) } else { respond(saved, false) }
     }
 
@@ -301,13 +293,15 @@ async fn retrieve_payment_intent(
 ) -> Result<Response, ApiError> {
     let api_key = api_key(&headers)?;
     let Path(id) = path?;
-    let state = sim.state();
     // Objects are scoped per API key: another key's PaymentIntent does not exist for this one.
-    let intent =
-        state.accounts.get(&api_key).and_then(|account| account.payment_intents.get(&id)).ok_or_else(|| {
-            ApiError::resource_missing("payment_intent", &id, "intent").with_status(StatusCode::NOT_FOUND)
-        })?;
-    Ok(respond(saved_intent(intent), false))
+    let saved = {
+        let state = sim.state();
+        state.accounts.get(&api_key).and_then(|account| account.payment_intents.get(&id)).map(saved_intent)
+    };
+    let saved = saved.ok_or_else(|| {
+        ApiError::resource_missing("payment_intent", &id, "intent").with_status(StatusCode::NOT_FOUND)
+    })?;
+    Ok(respond(saved, false))
 }
 
 /// The API key, from `Authorization: Bearer sk_…` (Stripe's libraries) or HTTP Basic with the

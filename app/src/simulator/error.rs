@@ -65,8 +65,8 @@ pub(crate) struct ApiError {
     pub status: StatusCode,
     /// Boxed: the object is large, and errors travel through many `Result`s.
     pub error: Box<ErrorObject>,
-    /// Sent as `Stripe-Should-Retry`, the hint Stripe clients use to decide whether to retry.
-    pub should_retry: Option<bool>,
+    /// Sends `Stripe-Should-Retry: true`, the hint Stripe clients use to decide to retry.
+    pub should_retry: bool,
 }
 
 #[derive(Serialize)]
@@ -85,7 +85,7 @@ impl ApiError {
             charge: None,
             payment_intent: None,
         });
-        Self { status, error, should_retry: None }
+        Self { status, error, should_retry: false }
     }
 
     /// A 400 `invalid_request_error` with no code; chain [`Self::code`] and [`Self::param`].
@@ -155,9 +155,9 @@ impl ApiError {
             "There is currently another in-progress request using this Idempotent Key (that \
              probably means you submitted twice, and the other request is still going through). \
              Please try again later.",
-        );
-        error.error.code = Some("idempotency_key_in_use");
-        error.should_retry = Some(true);
+        )
+        .code("idempotency_key_in_use");
+        error.should_retry = true;
         error
     }
 
@@ -169,14 +169,14 @@ impl ApiError {
     /// A 500 `api_error` that tells the client to retry.
     pub fn internal(message: impl Into<String>) -> Self {
         let mut error = Self::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorType::Api, message);
-        error.should_retry = Some(true);
+        error.should_retry = true;
         error
     }
 
     /// A 402 `card_error` for a decline. (No `Stripe-Should-Retry`: only the status and body of
     /// an executed request are saved, and a replay must look like the original.)
     pub fn card_error(error: ErrorObject) -> Self {
-        Self { status: StatusCode::PAYMENT_REQUIRED, error: Box::new(error), should_retry: None }
+        Self { status: StatusCode::PAYMENT_REQUIRED, error: Box::new(error), should_retry: false }
     }
 
     /// The JSON body, as saved for idempotent replays.
@@ -215,9 +215,8 @@ impl IntoResponse for ApiError {
         let mut response =
             (self.status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], self.body()).into_response();
         let headers = response.headers_mut();
-        if let Some(retry) = self.should_retry {
-            let value = HeaderValue::from_static(if retry { "true" } else { "false" });
-            headers.insert("stripe-should-retry", value);
+        if self.should_retry {
+            headers.insert("stripe-should-retry", HeaderValue::from_static("true"));
         }
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"Stripe\""));

@@ -17,17 +17,13 @@
 use std::collections::HashMap;
 
 use axum::body::Bytes;
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 
 use super::Simulator;
 
-/// What identifies "the same request" for a key: method, path and the sorted form pairs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Fingerprint {
-    pub method: Method,
-    pub path: String,
-    pub params: Vec<(String, String)>,
-}
+/// What identifies "the same request" for a key: the sorted form pairs. (Only
+/// `POST /v1/payment_intents` takes keys here, so method and path add nothing.)
+pub(crate) type Fingerprint = Vec<(String, String)>;
 
 /// The status and body of an executed request, replayed verbatim.
 #[derive(Clone, Debug)]
@@ -38,13 +34,9 @@ pub(crate) struct SavedResponse {
     pub outcome: &'static str,
 }
 
-/// Distinguishes one claim from every other, across resets, so a late release can never free
-/// a newer claim on the same key.
-pub(crate) type ClaimId = u64;
-
 #[derive(Debug)]
 enum Entry {
-    InFlight { claim: ClaimId, fingerprint: Fingerprint },
+    InFlight { fingerprint: Fingerprint },
     Saved { fingerprint: Fingerprint, response: SavedResponse },
 }
 
@@ -52,7 +44,7 @@ enum Entry {
 #[derive(Debug)]
 pub(crate) enum Begin {
     /// The key is now claimed for this request: execute it.
-    Execute(ClaimId),
+    Execute,
     /// The key has a saved result for these parameters: answer with it.
     Replay(SavedResponse),
     /// Another request with this key is executing: 409.
@@ -62,15 +54,17 @@ pub(crate) enum Begin {
 }
 
 /// The keys of one API key (Stripe scopes idempotency keys per account).
+///
+/// A key in flight belongs to the one request that claimed it: nobody else can replace its entry
+/// (a reset replaces the whole store, and `Simulator::reset`'s epoch keeps the old request out).
 #[derive(Debug, Default)]
 pub(crate) struct Keys {
     entries: HashMap<String, Entry>,
 }
 
 impl Keys {
-    /// Decides what to do with a request, claiming the key if it is new. `claim` is the id to
-    /// use if it claims.
-    pub fn begin(&mut self, key: &str, fingerprint: Fingerprint, claim: ClaimId) -> Begin {
+    /// Decides what to do with a request, claiming the key if it is new.
+    pub fn begin(&mut self, key: &str, fingerprint: Fingerprint) -> Begin {
         match self.entries.get(key) {
             // Stripe answers 409 even if the parameters differ: the first request's outcome is
             // not known yet, and it is the more useful error for a client that retried too soon.
@@ -83,42 +77,33 @@ impl Keys {
                 }
             }
             None => {
-                self.entries.insert(key.to_owned(), Entry::InFlight { claim, fingerprint });
-                Begin::Execute(claim)
+                self.entries.insert(key.to_owned(), Entry::InFlight { fingerprint });
+                Begin::Execute
             }
         }
     }
 
-    /// Saves the result of the request holding `claim`. Returns false (and saves nothing) if the
-    /// claim is no longer held, which happens only after a reset.
-    pub fn save(&mut self, key: &str, claim: ClaimId, response: SavedResponse) -> bool {
-        match self.entries.remove(key) {
-            Some(Entry::InFlight { claim: held, fingerprint }) if held == claim => {
-                self.entries.insert(key.to_owned(), Entry::Saved { fingerprint, response });
-                true
-            }
-            // Someone else's entry (possible only after a reset): put it back untouched.
-            Some(other) => {
-                self.entries.insert(key.to_owned(), other);
-                false
-            }
-            None => false,
+    /// Saves the result of the request that claimed `key`.
+    fn save(&mut self, key: &str, response: SavedResponse) {
+        if let Some(Entry::InFlight { fingerprint }) = self.entries.remove(key) {
+            self.entries.insert(key.to_owned(), Entry::Saved { fingerprint, response });
         }
     }
 
-    /// Frees the key if `claim` still holds it.
-    fn release(&mut self, key: &str, claim: ClaimId) {
-        if matches!(self.entries.get(key), Some(Entry::InFlight { claim: held, .. }) if *held == claim) {
+    /// Frees `key` if it is still in flight.
+    fn release(&mut self, key: &str) {
+        if matches!(self.entries.get(key), Some(Entry::InFlight { .. })) {
             self.entries.remove(key);
         }
     }
 }
 
-/// A held claim on (API key, `Idempotency-Key`).
+/// A held claim on (API key, `Idempotency-Key`), made in state generation `epoch`.
 ///
 /// Dropping a claim that was not saved releases the key. That is what guarantees a key is never
 /// left "in use" forever: whether the request hit an injected outage, its task panicked, or the
-/// simulator was reset, the claim goes out of scope and the key is free again.
+/// simulator was reset, the claim goes out of scope and the key is free again. A claim from
+/// before a reset releases nothing: the store it claimed in is gone.
 ///
 /// Never drop an unsaved claim while holding the simulator's lock: releasing takes the lock.
 #[derive(Debug)]
@@ -126,13 +111,13 @@ pub(crate) struct Claim {
     simulator: Simulator,
     api_key: String,
     key: String,
-    id: ClaimId,
+    epoch: u64,
     saved: bool,
 }
 
 impl Claim {
-    pub fn new(simulator: Simulator, api_key: String, key: String, id: ClaimId) -> Self {
-        Self { simulator, api_key, key, id, saved: false }
+    pub fn new(simulator: Simulator, api_key: String, key: String, epoch: u64) -> Self {
+        Self { simulator, api_key, key, epoch, saved: false }
     }
 
     /// The `Idempotency-Key` this claim holds.
@@ -140,10 +125,10 @@ impl Claim {
         &self.key
     }
 
-    /// Saves the result into `keys` (the caller holds the lock) and marks the claim done.
+    /// Saves the result into `keys` (the caller holds the lock, and has checked that no reset
+    /// happened since the claim) and marks the claim done.
     pub fn save(&mut self, keys: &mut Keys, response: SavedResponse) {
-        keys.save(&self.key, self.id, response);
-        // Even if nothing was saved (a reset replaced the store), there is nothing to release.
+        keys.save(&self.key, response);
         self.saved = true;
     }
 }
@@ -152,8 +137,10 @@ impl Drop for Claim {
     fn drop(&mut self) {
         if !self.saved {
             let mut state = self.simulator.state();
-            if let Some(account) = state.accounts.get_mut(&self.api_key) {
-                account.keys.release(&self.key, self.id);
+            if state.epoch == self.epoch
+                && let Some(account) = state.accounts.get_mut(&self.api_key)
+            {
+                account.keys.release(&self.key);
             }
         }
     }
@@ -164,34 +151,27 @@ mod tests {
     use super::*;
 
     fn fingerprint(params: &[(&str, &str)]) -> Fingerprint {
-        Fingerprint {
-            method: Method::POST,
-            path: "/v1/payment_intents".to_owned(),
-            params: params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-        }
+        params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
     }
 
     fn saved() -> SavedResponse {
         SavedResponse { status: StatusCode::OK, body: Bytes::from_static(b"{}"), outcome: "ok" }
     }
 
-    /// Claim → in use → saved → replay or mismatch; releases only free their own claim.
+    /// Claim → in use → saved → replay or mismatch; a saved result is never released.
     #[test]
     fn key_lifecycle() {
         let mut keys = Keys::default();
         let a = fingerprint(&[("amount", "1")]);
         let b = fingerprint(&[("amount", "2")]);
-        assert!(matches!(keys.begin("k", a.clone(), 1), Begin::Execute(1)));
-        assert!(matches!(keys.begin("k", a.clone(), 2), Begin::InUse));
-        assert!(matches!(keys.begin("k", b.clone(), 3), Begin::InUse));
-        assert!(!keys.save("k", 2, saved()), "only the holder saves");
-        keys.release("k", 2);
-        assert!(matches!(keys.begin("k", a.clone(), 4), Begin::InUse), "only the holder releases");
-        assert!(keys.save("k", 1, saved()));
-        assert!(matches!(keys.begin("k", a.clone(), 5), Begin::Replay(_)));
-        assert!(matches!(keys.begin("k", b, 6), Begin::Mismatch));
-        keys.release("k", 1);
-        assert!(matches!(keys.begin("k", a, 7), Begin::Replay(_)), "a saved result stays");
+        assert!(matches!(keys.begin("k", a.clone()), Begin::Execute));
+        assert!(matches!(keys.begin("k", a.clone()), Begin::InUse));
+        assert!(matches!(keys.begin("k", b.clone()), Begin::InUse));
+        keys.save("k", saved());
+        assert!(matches!(keys.begin("k", a.clone()), Begin::Replay(_)));
+        assert!(matches!(keys.begin("k", b), Begin::Mismatch));
+        keys.release("k");
+        assert!(matches!(keys.begin("k", a), Begin::Replay(_)), "a saved result stays");
     }
 
     /// A released claim frees the key for a new execution.
@@ -199,8 +179,8 @@ mod tests {
     fn release_frees_the_key() {
         let mut keys = Keys::default();
         let a = fingerprint(&[("amount", "1")]);
-        assert!(matches!(keys.begin("k", a.clone(), 1), Begin::Execute(1)));
-        keys.release("k", 1);
-        assert!(matches!(keys.begin("k", a, 2), Begin::Execute(2)));
+        assert!(matches!(keys.begin("k", a.clone()), Begin::Execute));
+        keys.release("k");
+        assert!(matches!(keys.begin("k", a), Begin::Execute));
     }
 }

@@ -75,7 +75,7 @@ pub use ledger::Charge;
 
 use api::Outcome;
 use faults::FaultState;
-use idempotency::{ClaimId, Keys};
+use idempotency::Keys;
 use ledger::Ledger;
 use objects::PaymentIntent;
 
@@ -96,8 +96,6 @@ struct State {
     /// Incremented by every reset. A request that began before a reset finds a different epoch
     /// when it comes to execute, and executes nothing: a reset is a clean cut.
     epoch: u64,
-    /// The next idempotency claim id; never reset, so ids stay unique across resets.
-    next_claim: ClaimId,
     /// Objects and idempotency keys per API key, as Stripe scopes them per account.
     accounts: HashMap<String, Account>,
     /// Every successful charge.
@@ -117,12 +115,11 @@ struct Account {
 
 impl State {
     fn account(&mut self, api_key: &str) -> &mut Account {
-        self.accounts.entry(api_key.to_owned()).or_default()
-    }
-
-    fn next_claim_id(&mut self) -> ClaimId {
-        self.next_claim += 1;
-        self.next_claim
+        // Look up before `entry`, which would allocate the key on every call of every request.
+        if !self.accounts.contains_key(api_key) {
+            self.accounts.insert(api_key.to_owned(), Account::default());
+        }
+        self.accounts.get_mut(api_key).expect("inserted just above")
     }
 }
 
@@ -167,7 +164,7 @@ impl Simulator {
     /// are answered with a 500 and execute nothing (see `State::epoch`).
     fn reset(&self) {
         let mut state = self.state();
-        *state = State { epoch: state.epoch + 1, next_claim: state.next_claim, ..State::default() };
+        *state = State { epoch: state.epoch + 1, ..State::default() };
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

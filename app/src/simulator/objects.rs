@@ -75,7 +75,7 @@ pub(crate) struct PaymentIntent {
     /// The test payment method id exactly as sent (Stripe would mint a `pm_…` id from the
     /// `pm_card_…` alias; keeping the alias makes the ledger readable).
     pub payment_method: Option<String>,
-    pub payment_method_types: Vec<&'static str>,
+    pub payment_method_types: &'static [&'static str],
     pub status: Status,
 }
 
@@ -105,7 +105,7 @@ impl PaymentIntent {
             livemode: false,
             metadata: params.metadata.clone(),
             payment_method: params.payment_method.clone(),
-            payment_method_types: vec!["card"],
+            payment_method_types: &["card"],
             status,
         }
     }

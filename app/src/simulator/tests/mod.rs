@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 
 use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
-use stripe::{ApiErrors, Client, ClientBuilder, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
+use stripe::{ApiErrors, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::PaymentIntent;
 use stripe_core::payment_intent::CreatePaymentIntent;
 use stripe_types::Currency;
 
 use super::{Charge, RunningSimulator, Simulator, start};
+use crate::gateway::Transport;
 
 const API_KEY: &str = "sk_test_payonce";
 
@@ -37,12 +38,13 @@ impl TestSim {
         self.running.simulator()
     }
 
-    /// async-stripe, configured as payonce configures it, with another API key.
-    fn stripe_with_key(&self, api_key: &str) -> Client {
-        ClientBuilder::new(api_key).url(self.running.base_url()).build().expect("valid client")
+    /// The client payonce uses (async-stripe's requests over payonce's transport), with another
+    /// API key. Its deadline is short, so a call the simulator wrongly holds fails the test.
+    fn stripe_with_key(&self, api_key: &str) -> Transport {
+        Transport::new(api_key, self.running.base_url(), Duration::from_secs(5)).expect("valid client")
     }
 
-    fn stripe(&self) -> Client {
+    fn stripe(&self) -> Transport {
         self.stripe_with_key(API_KEY)
     }
 
@@ -134,7 +136,7 @@ fn idempotent(key: &str) -> RequestStrategy {
 }
 
 /// Sends a create call the way payonce does: one attempt, with our own key.
-async fn send(client: &Client, request: &CreatePaymentIntent, key: &str) -> Result<PaymentIntent, StripeError> {
+async fn send(client: &Transport, request: &CreatePaymentIntent, key: &str) -> Result<PaymentIntent, StripeError> {
     request.customize().request_strategy(idempotent(key)).send(client).await
 }
 
