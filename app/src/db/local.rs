@@ -152,9 +152,6 @@ impl LocalPostgres {
     /// this handle started it, and waits until it has stopped. A no-op for a reused server, which
     /// belongs to whoever started it.
     pub async fn stop(self) -> Result<(), LocalPostgresError> {
-        if self.started.is_none() {
-            return Ok(());
-        }
         self.pg_ctl_stop("fast").await
     }
 

@@ -47,11 +47,16 @@ impl Database {
             Some(url) => (url.expose().to_owned(), None),
             None => {
                 let local = LocalPostgres::start(&config.local_dir.join("postgres")).await?;
-                create_database_if_missing(&local).await.map_err(OpenError::Connect)?;
                 (local.url(LOCAL_DATABASE), Some(local))
             }
         };
-        match connect_and_migrate(&url, config.pool_size).await {
+        let opened = async {
+            if let Some(local) = &local {
+                create_database_if_missing(local).await.map_err(OpenError::Connect)?;
+            }
+            connect_and_migrate(&url, config.pool_size).await
+        };
+        match opened.await {
             Ok(pool) => Ok(Self { pool, local }),
             Err(err) => {
                 // Leave no server behind that nobody will stop.
@@ -83,7 +88,7 @@ async fn connect_and_migrate(url: &str, size: u32) -> Result<PgPool, OpenError> 
 }
 
 /// A pool of up to `size` connections.
-pub async fn connect(url: &str, size: u32) -> sqlx::Result<PgPool> {
+async fn connect(url: &str, size: u32) -> sqlx::Result<PgPool> {
     let options: PgConnectOptions = url.parse()?;
     PgPoolOptions::new()
         .max_connections(size)
