@@ -6,6 +6,8 @@
 
 use std::fmt::Write;
 
+use crate::idempotency::EventKind;
+
 /// One series: an event kind and how the chart shows it.
 pub struct Series {
     /// The `idempotency_events.kind` it counts.
@@ -28,13 +30,19 @@ impl Series {
 
 /// The series the overview shows, empty.
 pub fn outcome_series(buckets: usize) -> Vec<Series> {
-    let series = |kind, label, class, dash| Series { kind, label, class, dash, values: vec![0; buckets] };
+    let series = |kind: EventKind, label, class, dash| Series {
+        kind: kind.as_str(),
+        label,
+        class,
+        dash,
+        values: vec![0; buckets],
+    };
     vec![
-        series("claimed", "Claims (new keys)", "s-claims", ""),
-        series("replayed", "Replays", "s-replays", "10 5"),
-        series("conflict", "409 in flight", "s-conflicts", "3 4"),
-        series("mismatch", "422 key reused", "s-mismatches", "14 4 3 4"),
-        series("reclaimed", "Reclaims", "s-reclaims", "6 3"),
+        series(EventKind::Claimed, "Claims (new keys)", "s-claims", ""),
+        series(EventKind::Replayed, "Replays", "s-replays", "10 5"),
+        series(EventKind::Conflict, "409 in flight", "s-conflicts", "3 4"),
+        series(EventKind::Mismatch, "422 key reused", "s-mismatches", "14 4 3 4"),
+        series(EventKind::Reclaimed, "Reclaims", "s-reclaims", "6 3"),
     ]
 }
 

@@ -233,30 +233,24 @@ struct FaultsForm {
 }
 
 impl FaultsForm {
+    /// An empty field is "not set": the field's value in `Faults::default()`.
     fn faults(&self) -> Result<Faults, String> {
-        fn num<T: std::str::FromStr + Default>(field: &str, value: &str) -> Result<T, String> {
-            let value = value.trim();
-            if value.is_empty() {
-                return Ok(T::default());
-            }
-            value.parse().map_err(|_| format!("{field}: {value:?} is not a number"))
-        }
         fn opt<T: std::str::FromStr>(field: &str, value: &str) -> Result<Option<T>, String> {
             let value = value.trim();
             if value.is_empty() {
                 return Ok(None);
             }
-            value.parse().map(Some).map_err(|_| format!("{field}: {value:?} is not a whole number"))
+            value.parse().map(Some).map_err(|_| format!("{field}: {value:?} is not a number"))
         }
         let defaults = Faults::default();
-        let hold = self.timeout_hold_ms.trim();
         Ok(Faults {
-            latency_ms: num("latency_ms", &self.latency_ms)?,
-            jitter_ms: num("jitter_ms", &self.jitter_ms)?,
-            fail_rate: num("fail_rate", &self.fail_rate)?,
-            timeout_rate: num("timeout_rate", &self.timeout_rate)?,
-            timeout_hold_ms: if hold.is_empty() { defaults.timeout_hold_ms } else { num("timeout_hold_ms", hold)? },
-            drop_after_charge_rate: num("drop_after_charge_rate", &self.drop_after_charge_rate)?,
+            latency_ms: opt("latency_ms", &self.latency_ms)?.unwrap_or(defaults.latency_ms),
+            jitter_ms: opt("jitter_ms", &self.jitter_ms)?.unwrap_or(defaults.jitter_ms),
+            fail_rate: opt("fail_rate", &self.fail_rate)?.unwrap_or(defaults.fail_rate),
+            timeout_rate: opt("timeout_rate", &self.timeout_rate)?.unwrap_or(defaults.timeout_rate),
+            timeout_hold_ms: opt("timeout_hold_ms", &self.timeout_hold_ms)?.unwrap_or(defaults.timeout_hold_ms),
+            drop_after_charge_rate: opt("drop_after_charge_rate", &self.drop_after_charge_rate)?
+                .unwrap_or(defaults.drop_after_charge_rate),
             payment_method: Some(self.payment_method.trim().to_owned()).filter(|pm| !pm.is_empty()),
             next_calls: opt("next_calls", &self.next_calls)?,
             seed: opt("seed", &self.seed)?,
@@ -298,14 +292,7 @@ mod tests {
 
     fn form(pairs: &[(&str, &str)]) -> FaultsForm {
         let body: String = form_urlencoded::Serializer::new(String::new()).extend_pairs(pairs).finish();
-        serde_urlencoded_from(&body)
-    }
-
-    fn serde_urlencoded_from(body: &str) -> FaultsForm {
-        let value: serde_json::Map<String, serde_json::Value> = form_urlencoded::parse(body.as_bytes())
-            .map(|(k, v)| (k.into_owned(), serde_json::Value::String(v.into_owned())))
-            .collect();
-        serde_json::from_value(serde_json::Value::Object(value)).unwrap()
+        serde_urlencoded::from_str(&body).unwrap()
     }
 
     /// Empty fields mean "not set"; typos are reported by field.

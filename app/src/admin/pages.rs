@@ -14,8 +14,9 @@ use super::queries::{self, Counts, Cursor, KeyFilter};
 use super::{Chrome, Operator, parse_customer};
 use crate::customers::CustomerId;
 use crate::http::AppState;
+use crate::idempotency::StoredResponse;
 use crate::idempotency::operator::{ActionResult, Refusal};
-use crate::payments::PaymentId;
+use crate::payments::store;
 use crate::web::flash::Flash;
 use crate::web::page::{self, WebError};
 use crate::web::{ago, clock, money, rfc3339};
@@ -328,43 +329,54 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
     if key.is_none() && events.is_empty() {
         return Err(WebError::NotFound);
     }
-    let payment = queries::payment_of(pool, id).await?.map(|p| PaymentView {
-        id: PaymentId(p.id).to_string(),
+    let payment = store::find_by_key(pool, id).await?.map(|p| PaymentView {
+        id: p.id.to_string(),
         amount: money(p.amount, &p.currency),
         payment_method: p.payment_method,
-        status: p.status,
-        payment_intent: p.gateway_payment_intent_id.unwrap_or_default(),
-        failure: p.failure_message.unwrap_or_default(),
+        status: p.status.as_str().to_owned(),
+        payment_intent: p.payment_intent.unwrap_or_default(),
+        failure: p.failure.map(|f| f.message).unwrap_or_default(),
     });
-    let key = key.map(|k| KeyView {
-        key: k.key,
-        customer: k.customer_name,
-        customer_id: CustomerId(k.customer_id).to_string(),
-        method: k.method,
-        route: k.route,
-        fingerprint: hex::encode(&k.fingerprint),
-        request: serde_json::to_string_pretty(&k.request).unwrap_or_default(),
-        status_label: status_label(&k.status),
-        status: k.status,
-        recovery_point: k.recovery_point,
-        attempts: k.attempts,
-        token: k.lease_token,
-        owner: k.lease_owner.unwrap_or_default(),
-        locked_until: k.locked_until.map(rfc3339).unwrap_or_default(),
-        remaining: k.lease_remaining_secs.map(|secs| format!("{secs:.1}")).unwrap_or_default(),
-        lease: lease_text(k.lease_remaining_secs),
-        response_status: k.response_status.map(|s| s.to_string()).unwrap_or_default(),
-        response_headers: k
-            .response_headers
-            .and_then(|h| h.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|pair| Some(format!("{}: {}", pair.get(0)?.as_str()?, pair.get(1)?.as_str()?)))
-            .collect(),
-        response_body: k.response_body.as_deref().map(pretty).unwrap_or_default(),
-        created: rfc3339(k.created_at),
-        completed: k.completed_at.map(rfc3339).unwrap_or_default(),
-        expires: rfc3339(k.expires_at),
+    let key = key.map(|k| {
+        // The same decoding a replay uses; a final row it cannot read is shown as such.
+        let stored =
+            StoredResponse::from_columns(k.response_status, k.response_headers.as_ref(), k.response_body.clone());
+        let (response_headers, response_body) = match (&stored, k.response_status) {
+            (Some(stored), _) => (
+                stored
+                    .headers
+                    .iter()
+                    .map(|(name, value)| format!("{name}: {}", value.to_str().unwrap_or("?")))
+                    .collect(),
+                pretty(&stored.body),
+            ),
+            (None, Some(_)) => (Vec::new(), "(unreadable: this version cannot decode the stored response)".to_owned()),
+            (None, None) => (Vec::new(), String::new()),
+        };
+        KeyView {
+            key: k.key,
+            customer: k.customer_name,
+            customer_id: CustomerId(k.customer_id).to_string(),
+            method: k.method,
+            route: k.route,
+            fingerprint: hex::encode(&k.fingerprint),
+            request: serde_json::to_string_pretty(&k.request).unwrap_or_default(),
+            status_label: status_label(&k.status),
+            status: k.status,
+            recovery_point: k.recovery_point,
+            attempts: k.attempts,
+            token: k.lease_token,
+            owner: k.lease_owner.unwrap_or_default(),
+            locked_until: k.locked_until.map(rfc3339).unwrap_or_default(),
+            remaining: k.lease_remaining_secs.map(|secs| format!("{secs:.1}")).unwrap_or_default(),
+            lease: lease_text(k.lease_remaining_secs),
+            response_status: k.response_status.map(|s| s.to_string()).unwrap_or_default(),
+            response_headers,
+            response_body,
+            created: rfc3339(k.created_at),
+            completed: k.completed_at.map(rfc3339).unwrap_or_default(),
+            expires: rfc3339(k.expires_at),
+        }
     });
     let events = events
         .into_iter()

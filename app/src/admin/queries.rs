@@ -144,27 +144,28 @@ pub async fn keys(pool: &PgPool, filter: &KeyFilter, cursor: Cursor, limit: i64)
     let mut rows = sqlx::query_as!(
         KeyRow,
         r#"
-        with matching as (
+        with keyed as (
             select k.id, k.key, k.customer_id, c.name as customer_name,
                    case when k.state = 'processing' and k.locked_until > now() then 'in_flight'
                         when k.state = 'processing' then 'stuck'
                         else k.state end as status,
                    k.recovery_point, k.lease_token, k.lease_owner, k.attempts, k.response_status,
                    k.created_at, extract(epoch from now() - k.created_at)::float8 as age_secs,
-                   extract(epoch from k.locked_until - now())::float8 as lease_remaining_secs,
-                   count(*) over () as total
+                   extract(epoch from k.locked_until - now())::float8 as lease_remaining_secs
             from idempotency_keys k
             join customers c on c.id = k.customer_id
             where ($2::uuid is null or k.customer_id = $2)
               and ($3::text is null or strpos(k.key, $3) > 0)
+        ), matching as (
+            -- Counted after every filter, before paging: the total is what the filters match.
+            select *, count(*) over () as total from keyed where ($1::text is null or status = $1)
         )
         select id as "id!", key as "key!", customer_name as "customer_name!",
                status as "status!", recovery_point as "recovery_point!", lease_token as "lease_token!",
                lease_owner, attempts as "attempts!", response_status, created_at as "created_at!",
                age_secs as "age_secs!", lease_remaining_secs, total as "total!"
         from matching
-        where ($1::text is null or status = $1)
-          and ($4::uuid is null or id < $4)
+        where ($4::uuid is null or id < $4)
           and ($5::uuid is null or id > $5)
         order by (case when $5::uuid is null then id end) desc, id
         limit $6
@@ -244,30 +245,6 @@ pub async fn key(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<KeyDetail>> {
         where k.id = $1
         "#,
         id,
-    )
-    .fetch_optional(pool)
-    .await
-}
-
-/// The payment a key created.
-pub struct LinkedPayment {
-    pub id: Uuid,
-    pub amount: i64,
-    pub currency: String,
-    pub payment_method: String,
-    pub status: String,
-    pub gateway_payment_intent_id: Option<String>,
-    pub failure_message: Option<String>,
-}
-
-pub async fn payment_of(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<LinkedPayment>> {
-    sqlx::query_as!(
-        LinkedPayment,
-        r#"
-        select id, amount, currency, payment_method, status, gateway_payment_intent_id, failure_message
-        from payments where idempotency_key_id = $1
-        "#,
-        key_id,
     )
     .fetch_optional(pool)
     .await

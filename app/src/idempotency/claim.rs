@@ -183,11 +183,9 @@ impl Engine {
         self.check_scope_and_payload(op, row.id, &row.method, &row.route, &row.fingerprint)?;
         match row.state.as_str() {
             "completed" | "failed" => {
-                let stored = match (row.response_status, &row.response_headers, row.response_body) {
-                    (Some(status), Some(headers), Some(body)) => StoredResponse::from_columns(status, headers, body),
-                    _ => None,
-                }
-                .ok_or(ClaimError::Corrupt(row.id))?;
+                let stored =
+                    StoredResponse::from_columns(row.response_status, row.response_headers.as_ref(), row.response_body)
+                        .ok_or(ClaimError::Corrupt(row.id))?;
                 self.observe(op, row.id, EventKind::Replayed, json!({"status": stored.status.as_u16()}));
                 let known = Final {
                     key_id: row.id,

@@ -29,11 +29,13 @@ pub type ActionResult = Result<(), Refusal>;
 
 impl Engine {
     /// Releases a *stuck* key (still `processing`, lease expired, not yet recovered) on an
-    /// operator's behalf, so that the next client retry or sweeper pass resumes it at once.
+    /// operator's behalf: its last holder is fenced off for good, and the next client retry (or
+    /// sweeper pass, after the key's usual backoff) resumes it.
     ///
     /// The key stays `processing` at its recovery point; its token grows by one, which fences
-    /// off the last holder for good even if it wakes up; `locked_until` becomes now and the
-    /// owner is cleared. A `released` event records `detail.by = "operator:<name>"`. Nothing is
+    /// off the last holder even if it wakes up; the owner is cleared. `locked_until` is left as
+    /// it is: it has already passed (that is what "stuck" means), and moving it would restart
+    /// the sweeper's backoff, which counts from it. A `released` event records `detail.by = "operator:<name>"`. Nothing is
     /// charged or undone: whoever resumes the key calls the gateway with the same downstream
     /// idempotency key, so a charge the old holder made is found, not repeated.
     pub async fn operator_release(&self, key_id: Uuid, seen_token: i64, operator: &str) -> sqlx::Result<ActionResult> {
@@ -42,7 +44,7 @@ impl Engine {
             r#"
             with released as (
                 update idempotency_keys
-                   set lease_token = lease_token + 1, locked_until = now(), lease_owner = null, updated_at = now()
+                   set lease_token = lease_token + 1, lease_owner = null, updated_at = now()
                  where id = $1 and lease_token = $2 and state = 'processing' and locked_until <= now()
                 returning id, customer_id, lease_token, recovery_point
             ), event as (

@@ -41,9 +41,11 @@ impl StoredResponse {
             .collect()
     }
 
-    /// Rebuilds a stored response from its columns. Returns `None` for data this code did not
-    /// write, which the caller reports as corruption rather than replaying something wrong.
-    pub fn from_columns(status: i16, headers: &Value, body: Vec<u8>) -> Option<Self> {
+    /// Rebuilds a stored response from its columns. `None` when they are empty (the key is still
+    /// processing) or hold data this code did not write, which a caller that expects a response
+    /// reports as corruption rather than replaying something wrong.
+    pub fn from_columns(status: Option<i16>, headers: Option<&Value>, body: Option<Vec<u8>>) -> Option<Self> {
+        let (status, headers, body) = (status?, headers?, body?);
         let status = StatusCode::from_u16(u16::try_from(status).ok()?).ok()?;
         let headers = headers
             .as_array()?
@@ -73,6 +75,39 @@ impl StoredResponse {
     }
 }
 
+impl super::Engine {
+    /// The final response stored for a customer's key on `route`: `None` if there is no such key,
+    /// `Some(None)` while it is still processing. For pages that show what became of a request
+    /// without sending it again (the shop's "payment in progress" page).
+    pub async fn stored_response(
+        &self,
+        customer_id: uuid::Uuid,
+        key: &str,
+        route: &str,
+    ) -> sqlx::Result<Option<Option<StoredResponse>>> {
+        let Some(row) = sqlx::query!(
+            r#"
+            select response_status, response_headers, response_body
+            from idempotency_keys
+            where customer_id = $1 and key = $2 and route = $3
+            "#,
+            customer_id,
+            key,
+            route,
+        )
+        .fetch_optional(self.pool())
+        .await?
+        else {
+            return Ok(None);
+        };
+        let final_row = row.response_status.is_some();
+        match StoredResponse::from_columns(row.response_status, row.response_headers.as_ref(), row.response_body) {
+            None if final_row => Err(sqlx::Error::Decode(format!("unreadable stored response for key {key}").into())),
+            stored => Ok(Some(stored)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,9 +121,11 @@ mod tests {
             Some("/v1/payments/pay_1".into()),
             br#"{"id":"pay_1"}"#.to_vec(),
         );
-        let back = StoredResponse::from_columns(201, &stored.headers_json(), stored.body.to_vec()).unwrap();
-        assert_eq!(back, stored);
-        assert!(StoredResponse::from_columns(201, &serde_json::json!([["x-other", "v"]]), vec![]).is_none());
-        assert!(StoredResponse::from_columns(9999, &serde_json::json!([]), vec![]).is_none());
+        let back = StoredResponse::from_columns(Some(201), Some(&stored.headers_json()), Some(stored.body.to_vec()));
+        assert_eq!(back.unwrap(), stored);
+        let other_header = serde_json::json!([["x-other", "v"]]);
+        assert!(StoredResponse::from_columns(Some(201), Some(&other_header), Some(vec![])).is_none());
+        assert!(StoredResponse::from_columns(Some(9999), Some(&serde_json::json!([])), Some(vec![])).is_none());
+        assert!(StoredResponse::from_columns(None, None, None).is_none(), "no response yet");
     }
 }

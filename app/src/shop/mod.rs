@@ -369,26 +369,14 @@ async fn attempt(
     signed_in: SignedIn,
     Path(key): Path<String>,
 ) -> Result<Response, WebError> {
-    let row = sqlx::query!(
-        r#"
-        select state, response_status, response_headers, response_body
-        from idempotency_keys
-        where customer_id = $1 and key = $2 and route = $3
-        "#,
-        signed_in.shopper.id,
-        key,
-        crate::payments::ROUTE,
-    )
-    .fetch_optional(state.engine.pool())
-    .await?
-    .ok_or(WebError::NotFound)?;
-    match (row.response_status, row.response_headers, row.response_body) {
-        (Some(status), Some(headers), Some(body)) if row.state != "processing" => {
-            let stored = StoredResponse::from_columns(status, &headers, body)
-                .ok_or_else(|| WebError::Internal(format!("unreadable stored response for key {key}")))?;
-            outcome(&state, &signed_in, stored).await
-        }
-        _ => page::render(
+    let stored = state
+        .engine
+        .stored_response(signed_in.shopper.id, &key, crate::payments::ROUTE)
+        .await?
+        .ok_or(WebError::NotFound)?;
+    match stored {
+        Some(stored) => outcome(&state, &signed_in, stored).await,
+        None => page::render(
             StatusCode::OK,
             &PendingPage { shopper: signed_in.shopper.name.clone(), csrf: signed_in.csrf.clone(), key },
         ),

@@ -9,18 +9,11 @@ use reqwest::{Client, Response, StatusCode};
 use uuid::Uuid;
 
 use crate::browser::{ADMIN, PASSWORD, claim_and_crash, crashing_engine, create_admin};
-use crate::helpers::{TestApp, new_key, payment};
-
-/// A browser-like client: keeps cookies, does not follow redirects (the tests look at them).
-fn client() -> Client {
-    Client::builder().cookie_store(true).redirect(Policy::none()).build().unwrap()
-}
+use crate::helpers::{TestApp, browser_client as client, field, new_key, payment};
 
 /// The hidden `csrf` field of a page.
 async fn csrf_of(response: Response) -> String {
-    let html = response.text().await.unwrap();
-    let start = html.find("name=\"csrf\" value=\"").expect("a csrf field") + "name=\"csrf\" value=\"".len();
-    html[start..start + 64].to_owned()
+    field(&response.text().await.unwrap(), "csrf")
 }
 
 /// Signs `client` in; returns the session's CSRF token.
@@ -138,6 +131,11 @@ async fn failed_logins_are_rate_limited() {
     assert!(blocked.text().await.unwrap().contains("Too many failed sign-ins"));
     // An unknown name counts like a known one, and the pair limit is per name.
     assert_eq!(attempt("nobody", "whatever").send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let counted: i64 = sqlx::query_scalar("select count(*) from admin_login_failures where name = 'nobody'")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(counted, 1, "the failure of an unknown name is recorded like any other");
     assert_eq!(attempt("bob", "another-long-password").send().await.unwrap().status(), StatusCode::SEE_OTHER);
 }
 
@@ -162,7 +160,11 @@ async fn actions_need_the_csrf_token() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), StatusCode::SEE_OTHER, "with the token the action runs (and finds no key)");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    // To the key's page, not to the sign-in page: the action ran, and found no such key.
+    assert_eq!(location(&response), format!("/admin/keys/{id}"));
+    let page = client.get(app.url(location(&response))).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::NOT_FOUND, "a key that never existed has no page");
 }
 
 /// Posts an action and returns the message shown on the page it redirects to.
@@ -206,6 +208,7 @@ async fn operator_actions_are_fenced() {
 
     let response = app.post_payment(&api_key, Some(&key), &payment(700)).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
+    assert_eq!(app.charges_for(&key).await.len(), 1, "the released key is resumed and charged once");
     let message = act(&app, &client, &csrf, key_id, "expire", 2).await;
     assert!(message.contains("you saw token 2, it is now 3"), "the retry took the key over: {message}");
     let message = act(&app, &client, &csrf, key_id, "expire", 3).await;
@@ -236,15 +239,7 @@ async fn admins_create_command() {
     use std::process::{Command, Stdio};
 
     let app = TestApp::spawn().await;
-    // The test database, as a URL for the command (the harness's own server, socket or TCP).
-    let options = app.db.connect_options();
-    let (host, port, user) = (options.get_host(), options.get_port(), options.get_username());
-    let database = options.get_database().expect("a database name");
-    let database_url = if host.starts_with('/') {
-        format!("postgres://{user}@localhost:{port}/{database}?host={host}")
-    } else {
-        format!("postgres://{user}@{host}:{port}/{database}")
-    };
+    let database_url = app.database.url.clone();
     let run = |name: &str, password: &str| {
         let mut child = Command::new(env!("CARGO_BIN_EXE_payonce"))
             .args(["admins", "create", name])
@@ -394,4 +389,13 @@ async fn keys_table_filters_and_pages() {
     let globex_page = get(format!("/admin/keys?customer={}", payonce::customers::CustomerId(customer.id))).await;
     assert!(globex_page.contains("1 key match") && globex_page.contains("globex-declined"));
     assert!(get("/admin/keys?state=stuck".into()).await.contains("No keys match."));
+
+    // One stuck key among the completed ones: each state's total counts only its own keys.
+    let engine = crashing_engine(&app, Duration::from_millis(200));
+    claim_and_crash(&app, &engine, &globex, "globex-stuck", payment(300), "http:gone:1").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stuck = get("/admin/keys?state=stuck".into()).await;
+    assert!(stuck.contains("1 key match") && stuck.contains("globex-stuck"), "{stuck}");
+    assert!(get("/admin/keys?state=completed".into()).await.contains("28 keys match"));
+    assert!(get("/admin/keys".into()).await.contains("29 keys match"));
 }

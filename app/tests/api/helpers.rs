@@ -515,3 +515,16 @@ pub async fn assert_problem(response: Response, status: StatusCode, slug: &str) 
     assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
     body
 }
+
+/// The value of a hidden field of a page (the CSRF token, the checkout's key, …).
+pub fn field(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = html.find(&marker).unwrap_or_else(|| panic!("no {name} field in:\n{html}")) + marker.len();
+    html[start..start + html[start..].find('"').unwrap()].to_owned()
+}
+
+/// A browser-like client for the HTML pages: keeps cookies, does not follow redirects (the
+/// tests look at them).
+pub fn browser_client() -> reqwest::Client {
+    reqwest::Client::builder().cookie_store(true).redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}

@@ -1,18 +1,10 @@
 //! The shop over plain HTTP: the paths a browser test does not take.
 
+use reqwest::StatusCode;
 use reqwest::header::LOCATION;
-use reqwest::redirect::Policy;
-use reqwest::{Client, StatusCode};
 use serde_json::json;
 
-use crate::helpers::TestApp;
-
-/// The value of a hidden field of a page.
-fn field(html: &str, name: &str) -> String {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = html.find(&marker).unwrap_or_else(|| panic!("no {name} field in:\n{html}")) + marker.len();
-    html[start..start + html[start..].find('"').unwrap()].to_owned()
-}
+use crate::helpers::{TestApp, browser_client, field};
 
 /// The gateway is down: the page says so and keeps the same key and card; paying again once it
 /// is back resumes the same payment: one charge.
@@ -20,7 +12,7 @@ fn field(html: &str, name: &str) -> String {
 async fn gateway_failure_then_pay_again_charges_once() {
     let app = TestApp::spawn().await;
     let api_key = app.customer("acme").await;
-    let client = Client::builder().cookie_store(true).redirect(Policy::none()).build().unwrap();
+    let client = browser_client();
     let home = client.get(app.url("/")).send().await.unwrap().text().await.unwrap();
     let signed_in = client
         .post(app.url("/shop/sign-in"))
@@ -68,7 +60,7 @@ async fn gateway_failure_then_pay_again_charges_once() {
 
     // Someone else's receipt, or a forged form key, is refused.
     let other_customer = app.customer("globex").await;
-    let stranger = Client::builder().cookie_store(true).redirect(Policy::none()).build().unwrap();
+    let stranger = browser_client();
     let home = stranger.get(app.url("/")).send().await.unwrap().text().await.unwrap();
     stranger
         .post(app.url("/shop/sign-in"))
