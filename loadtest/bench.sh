@@ -46,38 +46,13 @@ for tool in pgbench psql python3 curl; do
 done
 
 work=$(mktemp -d -t payonce-bench.XXXXXX)
-database=payonce_bench_$$
-database_url="${admin_url%/*}/$database"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    psql "$admin_url" -qc "drop database if exists $database with (force)" >/dev/null 2>&1 || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_for() {
-    for _ in $(seq 300); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done
-    echo "bench.sh: $1 never answered; logs in $work" >&2; exit 2
-}
-
-psql "$admin_url" -qc "create database $database" >/dev/null
-sim_port=$(free_port)
-app_port=$(free_port)
-sim_url="http://127.0.0.1:$sim_port"
-app_url="http://127.0.0.1:$app_port"
-
-RUST_LOG=warn "$payonce" stripe-sim --addr "127.0.0.1:$sim_port" 2>"$work/sim.log" &
-pids+=($!)
-wait_for "$sim_url/_sim/faults"
-RUST_LOG=warn DATABASE_URL="$database_url" STRIPE_SECRET_KEY=sk_test_bench STRIPE_API_BASE="$sim_url/" \
-    PAYONCE_ADDR="127.0.0.1:$app_port" PAYONCE_DB_POOL_SIZE="$pool_size" \
-    "$payonce" serve --bench-routes 2>"$work/app.log" &
-pids+=($!)
-wait_for "$app_url/readyz"
-api_key=$(DATABASE_URL="$database_url" RUST_LOG=warn "$payonce" customers create bench)
+. loadtest/stack.sh
+trap 'stack_down; rm -rf "$work"' EXIT
+RUST_LOG=warn PAYONCE_DB_POOL_SIZE="$pool_size" stack_up 1 --bench-routes
+app_url=$BASE_URLS
+sim_url=$SIM_URL
+api_key=$API_KEY
+database_url=$DATABASE_URL
 customer_id=$(psql "$database_url" -Atc "select id from customers")
 
 # One measured phase of the runner: warm up, reset the ledger, measure; the JSON report to

@@ -20,6 +20,7 @@ use crate::simulator::Charge;
 /// A key charged more than once.
 #[derive(Debug, Clone, Serialize)]
 pub struct DoubleCharge {
+    /// The customers the charges name (one, unless payonce mixed them up as well).
     pub customer: String,
     pub key: String,
     /// The PaymentIntents charged, with their downstream idempotency keys.
@@ -48,22 +49,28 @@ impl Audit {
     /// Audits `ledger` for the keys of `run_id`, against `believed` (key → the 201's PaymentIntent).
     pub fn new(run_id: &str, ledger: &[Charge], believed: &HashMap<String, Option<String>>) -> Self {
         let prefix = format!("{run_id}-");
-        let mut groups: BTreeMap<(String, String), Vec<&Charge>> = BTreeMap::new();
+        // By key alone: a run is one customer's, so a second charge for a key is a double charge
+        // whatever customer its metadata names.
+        let mut charged: BTreeMap<&str, Vec<&Charge>> = BTreeMap::new();
         for charge in ledger {
             let Some(key) = charge.metadata.get("payonce_idempotency_key") else { continue };
             if key.starts_with(&prefix) {
-                let customer = charge.metadata.get("payonce_customer").cloned().unwrap_or_default();
-                groups.entry((customer, key.clone())).or_default().push(charge);
+                charged.entry(key.as_str()).or_default().push(charge);
             }
         }
-        let charged: HashMap<&str, &Vec<&Charge>> =
-            groups.iter().map(|((_, key), list)| (key.as_str(), list)).collect();
-        let double_charged = groups
+        let double_charged = charged
             .iter()
             .filter(|(_, list)| list.len() > 1)
-            .map(|((customer, key), list)| DoubleCharge {
-                customer: customer.clone(),
-                key: key.clone(),
+            .map(|(key, list)| DoubleCharge {
+                customer: {
+                    let mut customers: Vec<&str> = list
+                        .iter()
+                        .map(|c| c.metadata.get("payonce_customer").map_or("(none)", String::as_str))
+                        .collect();
+                    customers.dedup();
+                    customers.join(", ")
+                },
+                key: (*key).to_owned(),
                 charges: list
                     .iter()
                     .map(|c| {
@@ -83,14 +90,15 @@ impl Audit {
             .iter()
             .filter_map(|(key, intent)| {
                 let list = charged.get(key.as_str())?;
-                let intent = intent.as_deref()?;
-                (!list.iter().any(|c| c.payment_intent == intent)).then(|| key.clone())
+                // A 201 that names no PaymentIntent cannot be matched to a charge: a mismatch too.
+                let named = intent.as_deref().is_some_and(|intent| list.iter().any(|c| c.payment_intent == intent));
+                (!named).then(|| key.clone())
             })
             .collect();
         mismatched.sort();
         Self {
-            charges: groups.values().map(Vec::len).sum(),
-            keys_charged: groups.len(),
+            charges: charged.values().map(Vec::len).sum(),
+            keys_charged: charged.len(),
             double_charged,
             believed_succeeded: believed.len(),
             missing,
@@ -111,14 +119,31 @@ mod tests {
     use super::*;
 
     fn charge(key: &str, intent: &str) -> Charge {
+        charge_of("cus_1", key, intent)
+    }
+
+    fn charge_of(customer: &str, key: &str, intent: &str) -> Charge {
         Charge {
             payment_intent: intent.into(),
             idempotency_key: Some(format!("payonce-charge-{intent}")),
             metadata: BTreeMap::from([
-                ("payonce_customer".into(), "cus_1".into()),
+                ("payonce_customer".into(), customer.into()),
                 ("payonce_idempotency_key".into(), key.into()),
             ]),
         }
+    }
+
+    /// A second charge for a key is a double charge even when its metadata names another
+    /// customer; a 201 without a PaymentIntent is a mismatch.
+    #[test]
+    fn doubles_are_found_whatever_customer_they_name() {
+        let ledger =
+            [charge_of("cus_1", "run-1", "pi_a"), charge_of("cus_2", "run-1", "pi_b"), charge("run-2", "pi_c")];
+        let believed = HashMap::from([("run-1".into(), Some("pi_a".into())), ("run-2".into(), None)]);
+        let audit = Audit::new("run", &ledger, &believed);
+        assert_eq!(audit.double_charged.len(), 1);
+        assert_eq!(audit.double_charged[0].customer, "cus_1, cus_2");
+        assert_eq!(audit.mismatched, ["run-2"]);
     }
 
     /// A clean run: one charge per believed key; other runs' charges are ignored.

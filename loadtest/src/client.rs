@@ -32,8 +32,6 @@ pub struct Api {
 pub struct Payment {
     /// `pay_…`
     pub id: String,
-    /// `cus_…`
-    pub customer: String,
     pub amount: i64,
     pub status: String,
     /// `pi_…`, the gateway's PaymentIntent (what the ledger records).
