@@ -126,9 +126,8 @@ async fn start_container() -> Result<String, String> {
     let url = ready_rx.await.map_err(|_| "the container's thread died".to_owned())??;
 
     *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Running { stop, removed });
-    // SAFETY: `remove_at_exit` is an `extern "C" fn` without arguments that never unwinds (it
-    // catches nothing that could panic across the boundary: a poisoned lock is taken as is, and
-    // channel errors are ignored).
+    // SAFETY: atexit(3) takes any `extern "C" fn()`. `remove_at_exit` cannot panic (a poisoned
+    // lock is taken as is, channel errors are ignored), so nothing unwinds into libc.
     let registered = unsafe { libc::atexit(remove_at_exit) };
     if registered != 0 {
         eprintln!("could not register the exit hook: the test PostgreSQL container will outlive this run");
