@@ -2,21 +2,22 @@
 //! database and its own Stripe simulator, driven over HTTP.
 //!
 //! The database server is `DATABASE_URL` when it is set (CI points it at the machine's
-//! PostgreSQL), otherwise the zero-config local PostgreSQL under `target/`, started on first use
-//! and left running for the next run. Every test gets a database of its own, dropped afterwards.
+//! PostgreSQL), otherwise the zero-config local PostgreSQL under `target/` (started on first use
+//! and left running for the next run), otherwise a PostgreSQL container through testcontainers:
+//! see [`postgres`]. Every test gets a database of its own, dropped afterwards.
 //!
 //! Pieces, from small to large: [`TestDatabase`] (one fresh database), [`Ledger`] (the simulator's
 //! controls over HTTP), [`ServerProcess`] (a real `payonce serve` process, for crash tests) and
 //! [`TestApp`] (an in-process server with all of the above).
 
+pub mod postgres;
+
 use std::io::BufRead;
 use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use payonce::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig};
-use payonce::db::local::LocalPostgres;
 use payonce::gateway::Gateway;
 use payonce::idempotency::{Engine, EngineSettings, EventLog};
 use payonce::server::Server;
@@ -45,21 +46,7 @@ pub fn new_key() -> String {
 static SERVER: OnceCell<String> = OnceCell::const_new();
 
 async fn database_server() -> &'static str {
-    SERVER
-        .get_or_init(|| async {
-            if let Ok(url) = std::env::var("DATABASE_URL")
-                && !url.is_empty()
-            {
-                return url;
-            }
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("postgres");
-            let local = LocalPostgres::start(&dir)
-                .await
-                .unwrap_or_else(|err| panic!("no DATABASE_URL and no local PostgreSQL: {err}"));
-            // The handle is not stopped: the server keeps running for the next test run to reuse.
-            local.url("postgres")
-        })
-        .await
+    SERVER.get_or_init(postgres::find_server).await
 }
 
 /// `url` with its database path replaced by `name`.
