@@ -37,6 +37,8 @@ pub enum StartError {
     Simulator { addr: SocketAddr, source: std::io::Error },
     #[error("could not configure the Stripe client: {0}")]
     Gateway(#[from] stripe::StripeError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
     #[error("could not create the session table: {0}")]
     Sessions(sqlx::Error),
     #[error("could not listen on {addr}: {source}")]
@@ -57,6 +59,7 @@ pub struct Server {
 impl Server {
     /// Opens the database (migrating it), sets up the gateway and binds the listener.
     pub async fn start(config: ServeConfig) -> Result<Self, StartError> {
+        config.engine.horizon.check().map_err(StartError::Config)?;
         // Ports first: a taken port should fail fast, before a local PostgreSQL is started.
         let addr = config.addr;
         let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
@@ -94,6 +97,7 @@ impl Server {
             owner: Arc::from(owner_name("http")),
             metrics: crate::metrics::install(),
             web,
+            webhook_secret: config.gateway.webhook_secret.clone().map(Arc::new),
         };
         Ok(Self {
             listener,

@@ -272,7 +272,7 @@ async fn pay(
         // Another request with this key (the first of a double click) holds it: follow it.
         Err(ApiError::InFlight { .. }) => Ok(Redirect::to(&format!("/shop/payments/{key}")).into_response()),
         // The outcome is unknown: offer the same key again, which resumes, never repeats.
-        Err(err @ (ApiError::Gateway(_) | ApiError::DatabaseUnavailable(_))) => {
+        Err(err @ (ApiError::Gateway { .. } | ApiError::GatewayRefused { .. } | ApiError::DatabaseUnavailable(_))) => {
             tracing::info!(error = %err, "checkout: no final answer yet");
             let mut page = CheckoutPage::fresh(&signed_in, product, card.payment_method, None);
             page.key = key.to_string();

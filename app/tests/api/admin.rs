@@ -17,7 +17,7 @@ async fn csrf_of(response: Response) -> String {
 }
 
 /// Signs `client` in; returns the session's CSRF token.
-async fn sign_in(app: &TestApp, client: &Client) -> String {
+pub async fn sign_in(app: &TestApp, client: &Client) -> String {
     let csrf = csrf_of(client.get(app.url("/admin/login")).send().await.unwrap()).await;
     let response = client
         .post(app.url("/admin/login"))

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use payonce::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig};
 use payonce::db::local::LocalPostgres;
 use payonce::gateway::Gateway;
-use payonce::idempotency::{Engine, EngineSettings, EventLog};
+use payonce::idempotency::{Backoff, Budget, Engine, EngineSettings, EventLog, Horizon};
 use payonce::server::Server;
 use payonce::simulator::{self, RunningSimulator};
 use payonce::sweeper::{Sweeper, SweeperSettings};
@@ -155,12 +155,12 @@ impl TestDatabase {
     }
 
     /// An engine and a sweeper of our own on this database, charging through `sim_url`: a second
-    /// worker racing the server's.
-    pub fn sweeper(&self, sim_url: &str, owner: &str, settings: SweeperSettings) -> Sweeper {
+    /// worker racing the server's, with the engine `settings` (its budget and horizon).
+    pub fn sweeper(&self, sim_url: &str, owner: &str, settings: EngineSettings) -> Sweeper {
         let (events, _writer) = EventLog::spawn(self.pool.clone());
-        let engine = Engine::new(self.pool.clone(), EngineSettings::default(), events);
+        let engine = Engine::new(self.pool.clone(), settings, events);
         let gateway = Gateway::new(SIM_SECRET_KEY, Some(sim_url), Duration::from_secs(10)).expect("a gateway");
-        Sweeper::new(engine, gateway, settings, owner.to_owned())
+        Sweeper::new(engine, gateway, SweeperSettings::default(), owner.to_owned())
     }
 }
 
@@ -338,6 +338,19 @@ pub struct Options {
     pub database_server: Option<String>,
     /// Mount the benchmark-only routes.
     pub bench_routes: bool,
+    /// The retry budget. By default no backoff at all ([`no_backoff`]), so that tests not about
+    /// timing may retry at once; the budget tests set their own.
+    pub budget: Budget,
+    pub horizon: Horizon,
+    /// `STRIPE_WEBHOOK_SECRET`.
+    pub webhook_secret: Option<String>,
+    /// The secret key payonce gives the gateway (the simulator accepts any `sk_…`).
+    pub stripe_secret_key: &'static str,
+}
+
+/// The budget with production's `max_attempts` and no waiting between attempts.
+pub fn no_backoff() -> Budget {
+    Budget { backoff: Backoff { base: Duration::ZERO, cap: Duration::ZERO }, ..Budget::default() }
 }
 
 impl Default for Options {
@@ -350,6 +363,10 @@ impl Default for Options {
             sweeper: SweeperSettings { interval: Duration::from_secs(3600), ..SweeperSettings::default() },
             database_server: None,
             bench_routes: false,
+            budget: no_backoff(),
+            horizon: Horizon::default(),
+            webhook_secret: None,
+            stripe_secret_key: SIM_SECRET_KEY,
         }
     }
 }
@@ -392,14 +409,20 @@ impl TestApp {
                 local_dir: ".payonce".into(),
                 pool_size: 10,
             },
-            engine: EngineSettings { lease: options.lease, key_ttl: options.key_ttl },
+            engine: EngineSettings {
+                lease: options.lease,
+                key_ttl: options.key_ttl,
+                budget: options.budget,
+                horizon: options.horizon,
+            },
             gateway: GatewayConfig {
                 stripe: sim.as_ref().map(|sim| StripeConfig {
-                    secret_key: Secret::new(SIM_SECRET_KEY),
+                    secret_key: Secret::new(options.stripe_secret_key),
                     api_base: Some(sim.base_url()),
                 }),
                 simulator_addr: "127.0.0.1:0".parse().unwrap(),
                 timeout: options.gateway_timeout,
+                webhook_secret: options.webhook_secret.map(Secret::new),
             },
             sweeper: options.sweeper,
             bench_routes: options.bench_routes,

@@ -4,6 +4,7 @@
 
 mod admin;
 mod browser;
+mod budget;
 mod chromium;
 mod concurrency;
 mod contract;
@@ -12,6 +13,8 @@ mod helpers;
 mod keys;
 mod outage;
 mod recovery;
+mod refusals;
 mod scoping;
 mod shop;
 mod sweeper;
+mod webhooks;
