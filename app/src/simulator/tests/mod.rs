@@ -14,7 +14,10 @@ use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
 use stripe::{ApiErrors, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::PaymentIntent;
-use stripe_core::payment_intent::CreatePaymentIntent;
+use stripe_core::payment_intent::{
+    CreatePaymentIntent, CreatePaymentIntentAutomaticPaymentMethods,
+    CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects,
+};
 use stripe_types::Currency;
 
 use super::{Charge, RunningSimulator, Simulator, start};
@@ -114,20 +117,30 @@ impl Response {
     }
 }
 
-/// The order-1 payment: $12.50 on the test Visa, confirmed.
+/// The order-1 payment: $12.50 on the test Visa, confirmed, with redirects off (what payonce
+/// sends, so that no `return_url` is needed).
 fn payment(payment_method: &str) -> CreatePaymentIntent {
     CreatePaymentIntent::new(1250, Currency::USD)
         .confirm(true)
         .payment_method(payment_method)
+        .automatic_payment_methods(no_redirects())
         .metadata(HashMap::from([("order_id".to_owned(), "order-1".to_owned())]))
+}
+
+fn no_redirects() -> CreatePaymentIntentAutomaticPaymentMethods {
+    let mut automatic = CreatePaymentIntentAutomaticPaymentMethods::new(true);
+    automatic.allow_redirects = Some(CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects::Never);
+    automatic
 }
 
 /// The same payment as raw form fields (async-stripe's encoding, in another order).
 const PAYMENT_FORM: &[(&str, &str)] = &[
     ("metadata[order_id]", "order-1"),
     ("payment_method", "pm_card_visa"),
+    ("automatic_payment_methods[allow_redirects]", "never"),
     ("confirm", "true"),
     ("currency", "usd"),
+    ("automatic_payment_methods[enabled]", "true"),
     ("amount", "1250"),
 ];
 
