@@ -10,7 +10,8 @@ use crate::simulator::objects::AutomaticPaymentMethods;
 
 /// What `parameter_unknown` lists as supported.
 const SUPPORTED: &str = "amount, currency, payment_method, confirm, description, metadata, capture_method, \
-                         automatic_payment_methods, payment_method_types, return_url, mandate_data and expand";
+                         automatic_payment_methods, payment_method_types (or allowed_payment_method_types), return_url, \
+                         mandate_data and expand";
 
 /// Stripe's answer to a confirmation that might redirect but has nowhere to return to (API
 /// versions since 2023-08-16, where automatic payment methods are on by default).
@@ -84,7 +85,8 @@ impl CreateParams {
                 ("capture_method", None) => params.capture_method = parse_capture_method(value)?,
                 ("return_url", None) => params.return_url = non_empty(value),
                 ("metadata", inner) => apply_metadata(&mut params.metadata, inner, value)?,
-                ("payment_method_types", inner) if is_list_index(inner) => {
+                // `allowed_payment_method_types` is the newer API versions' name for the same list.
+                ("payment_method_types" | "allowed_payment_method_types", inner) if is_list_index(inner) => {
                     if !value.is_empty() {
                         params.payment_method_types.push(value.to_owned());
                     }
@@ -275,7 +277,7 @@ mod tests {
         assert_eq!(error_code("amount=1&currency=xyz"), (None, Some("currency".to_owned())));
         assert_eq!(error_code("amount=1&currency=usd&confirm=yes"), (None, Some("confirm".to_owned())));
         assert_eq!(error_code("amount=1&currency=usd&a]=1"), (None, Some("a]".to_owned())));
-        let both = "amount=1&currency=usd&payment_method_types[]=card&automatic_payment_methods[enabled]=true";
+        let both = "amount=1&currency=usd&allowed_payment_method_types[0]=card&automatic_payment_methods[enabled]=true";
         assert_eq!(error_code(both), (None, Some("automatic_payment_methods".to_owned())));
         let no_pm = (Some("payment_intent_unexpected_state"), None);
         assert_eq!(error_code("amount=1&currency=usd&confirm=true"), no_pm);
