@@ -281,3 +281,24 @@ async fn refund_events_verify_and_parse() {
     let key = Some("refund-1".to_owned());
     assert_eq!(seen, [("charge.refunded", key.clone()), ("refund.created", key), ("refund.updated", None)]);
 }
+
+/// Deleting an endpoint stops its deliveries: a held one released afterwards is never sent.
+#[tokio::test]
+async fn a_deleted_endpoint_gets_nothing_more() {
+    let sim = TestSim::start().await;
+    let hook = Hook::start(&[]).await;
+    sim.register(&hook).await;
+    sim.set_faults(json!({"webhook_hold": true})).await;
+    sim.pay("pm_card_visa", "order-1").await.expect("paid");
+
+    let listed = ListWebhookEndpoint::new().send(&sim.stripe()).await.expect("listed");
+    DeleteWebhookEndpoint::new(listed.data[0].id.clone()).send(&sim.stripe()).await.expect("deleted");
+    let released = Response::send(sim.request(Method::POST, "_sim/webhooks/release")).await;
+    assert_eq!(released.body["released"], 3);
+
+    wait_for("the deliveries to stop", || {
+        sim.sim().events().iter().all(|record| record.deliveries[0].state == DeliveryState::Failed).then_some(())
+    })
+    .await;
+    assert!(hook.received().is_empty());
+}

@@ -55,12 +55,19 @@ async fn attempt_once(sim: &Simulator, job: &DeliveryJob, attempt: u32) -> Next 
         tokio::time::sleep(job.delay).await;
     }
     let settings = {
-        let state = sim.state();
+        let mut state = sim.state();
+        if state.epoch != job.epoch {
+            return Next::Done;
+        }
         let endpoint_exists = state
             .accounts
             .get(&job.api_key)
             .is_some_and(|account| account.webhook_endpoints.iter().any(|endpoint| endpoint.id == job.endpoint_id));
-        if state.epoch != job.epoch || !endpoint_exists {
+        if !endpoint_exists {
+            // Deleted meanwhile: Stripe sends nothing more to it.
+            if let Some(delivery) = state.events.delivery_mut(job.at) {
+                delivery.state = DeliveryState::Failed;
+            }
             return Next::Done;
         }
         state.settings.clone()
@@ -99,6 +106,8 @@ async fn attempt_once(sim: &Simulator, job: &DeliveryJob, attempt: u32) -> Next 
     if state.epoch != job.epoch {
         return Next::Done;
     }
+    // `pending_webhooks` counts endpoints: a duplicate answered after its twin changes nothing.
+    let first_for_endpoint = delivered && !state.events.delivered_elsewhere(job.at);
     if let Some(delivery) = state.events.delivery_mut(job.at) {
         delivery.attempts.push(Attempt { at_ms, status, error, duration_ms });
         delivery.state = match (delivered, last) {
@@ -108,7 +117,8 @@ async fn attempt_once(sim: &Simulator, job: &DeliveryJob, attempt: u32) -> Next 
         };
     }
     if delivered {
-        if let Some(account) = state.accounts.get_mut(&job.api_key)
+        if first_for_endpoint
+            && let Some(account) = state.accounts.get_mut(&job.api_key)
             && let Some(&position) = account.event_positions.get(&job.event_id)
         {
             let event = &mut account.events[position];

@@ -98,6 +98,20 @@ impl EventLog {
     pub fn delivery_mut(&mut self, at: DeliveryAt) -> Option<&mut Delivery> {
         self.records.get_mut(at.event)?.deliveries.get_mut(at.delivery)
     }
+
+    /// Whether another delivery of the same event to the same endpoint (a duplicate) has
+    /// already been answered 2xx.
+    pub fn delivered_elsewhere(&self, at: DeliveryAt) -> bool {
+        let Some(record) = self.records.get(at.event) else {
+            return false;
+        };
+        let Some(this) = record.deliveries.get(at.delivery) else {
+            return false;
+        };
+        record.deliveries.iter().enumerate().any(|(index, other)| {
+            index != at.delivery && other.endpoint == this.endpoint && other.state == DeliveryState::Delivered
+        })
+    }
 }
 
 /// Where a delivery's record is in the [`EventLog`].
