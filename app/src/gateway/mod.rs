@@ -30,10 +30,13 @@ use stripe_core::payment_intent::{
     CreatePaymentIntent, CreatePaymentIntentAutomaticPaymentMethods,
     CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects, RetrievePaymentIntent, SearchPaymentIntent,
 };
+use stripe_misc::WebhookEndpoint;
+use stripe_misc::webhook_endpoint::{CreateWebhookEndpoint, CreateWebhookEndpointEnabledEvents};
 use stripe_shared::{ApiErrors, PaymentIntent};
 use stripe_types::SearchList;
 use uuid::Uuid;
 
+use crate::config::Secret;
 pub use outcome::{Decline, DeclinedBy, ErrorAnswer, GatewayError, IntentAnswer, Outcome, PendingStatus, Refusal};
 pub(crate) use transport::Transport;
 
@@ -172,6 +175,27 @@ impl Gateway {
                 None
             }
         }
+    }
+
+    /// Registers `url` as a webhook endpoint for `events`, in the API version async-stripe reads,
+    /// and returns its signing secret (Stripe shows it in this answer only). `payonce serve`
+    /// does this with its built-in simulator at startup; with real Stripe an operator creates
+    /// the endpoint once (docs/operations.md).
+    pub async fn register_webhook_endpoint(&self, url: &str, events: &[&str]) -> Result<Secret, String> {
+        let events = events
+            .iter()
+            .map(|event| {
+                event.parse::<CreateWebhookEndpointEnabledEvents>().map_err(|_| format!("unknown event {event}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let request = CreateWebhookEndpoint::new(events, url).api_version(stripe_shared::version::VERSION);
+        let endpoint: WebhookEndpoint = match self.call(request.build(), None).await {
+            Ok(body) => parse(&body).map_err(|err| err.to_string())?,
+            Err(outcome) => return Err(format!("the gateway answered {}", outcome.label())),
+        };
+        let secret = endpoint.secret.ok_or("the gateway's answer holds no secret")?;
+        tracing::info!(endpoint = %endpoint.id, url, "webhook endpoint registered");
+        Ok(Secret::new(secret))
     }
 
     /// One call. `Err` holds what an error answer (or the lack of any) means.

@@ -195,8 +195,8 @@ fn answer_of(kind: &str, intent: &PaymentIntent, raw_next_action: serde_json::Va
     expected.then_some(outcome)
 }
 
-/// The event types payonce acts on.
-const HANDLED: [&str; 5] = [
+/// The event types payonce acts on: its webhook endpoint subscribes to these.
+pub const HANDLED: [&str; 5] = [
     "payment_intent.succeeded",
     "payment_intent.processing",
     "payment_intent.requires_action",

@@ -326,6 +326,8 @@ async fn gateway_panel_sets_faults_and_audit_flags_double_charges() {
                 ("currency", "usd"),
                 ("payment_method", "pm_card_visa"),
                 ("confirm", "true"),
+                ("automatic_payment_methods[enabled]", "true"),
+                ("automatic_payment_methods[allow_redirects]", "never"),
                 ("metadata[payonce_customer]", "cus_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),
                 ("metadata[payonce_idempotency_key]", "order-42"),
                 ("metadata[payonce_payment]", "pay_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),

@@ -157,9 +157,14 @@ impl TestDatabase {
     /// An engine and a sweeper of our own on this database, charging through `sim_url`: a second
     /// worker racing the server's, with the engine `settings` (its budget and horizon).
     pub fn sweeper(&self, sim_url: &str, owner: &str, settings: EngineSettings) -> Sweeper {
+        self.sweeper_with(sim_url, owner, settings, Duration::from_secs(10))
+    }
+
+    /// [`Self::sweeper`] with another gateway timeout.
+    pub fn sweeper_with(&self, sim_url: &str, owner: &str, settings: EngineSettings, timeout: Duration) -> Sweeper {
         let (events, _writer) = EventLog::spawn(self.pool.clone());
         let engine = Engine::new(self.pool.clone(), settings, events);
-        let gateway = Gateway::new(SIM_SECRET_KEY, Some(sim_url), Duration::from_secs(10)).expect("a gateway");
+        let gateway = Gateway::new(SIM_SECRET_KEY, Some(sim_url), timeout).expect("a gateway");
         Sweeper::new(engine, gateway, SweeperSettings::default(), owner.to_owned())
     }
 }
@@ -222,6 +227,38 @@ impl Ledger {
         let response =
             self.client.put(format!("{}_sim/faults", self.sim_url)).json(&faults).send().await.expect("set faults");
         assert_eq!(response.status(), StatusCode::OK, "faults refused: {}", response.text().await.unwrap_or_default());
+    }
+
+    /// Replaces the simulator's settings (`processing_ms`, the webhook delivery policy).
+    pub async fn set_settings(&self, settings: Value) {
+        let response = self
+            .client
+            .put(format!("{}_sim/settings", self.sim_url))
+            .json(&settings)
+            .send()
+            .await
+            .expect("set settings");
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "settings refused: {}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+
+    /// A control call: `POST /_sim/{path}` with a JSON body; returns the JSON answer.
+    pub async fn control(&self, path: &str, body: Value) -> Value {
+        let response =
+            self.client.post(format!("{}_sim/{path}", self.sim_url)).json(&body).send().await.expect("control call");
+        assert_eq!(response.status(), StatusCode::OK, "{path}: {}", response.text().await.unwrap_or_default());
+        response.json().await.expect("JSON")
+    }
+
+    /// Every event the simulator emitted, with its deliveries.
+    pub async fn events(&self) -> Vec<Value> {
+        let events: Value =
+            self.client.get(format!("{}_sim/events", self.sim_url)).send().await.unwrap().json().await.unwrap();
+        events["events"].as_array().cloned().expect("an events array")
     }
 }
 

@@ -12,6 +12,8 @@ mod crash;
 mod helpers;
 mod keys;
 mod outage;
+mod pending;
+mod reconcile;
 mod recovery;
 mod refusals;
 mod scoping;

@@ -106,3 +106,28 @@ async fn a_wrong_secret_key_is_reported_to_operators_not_stored() {
         assert!(html.contains("Invalid API Key provided"), "{page}: the gateway's message");
     }
 }
+
+/// Finding 7: since API version 2023-08-16, Stripe refuses a confirmation with neither
+/// `payment_method_types` nor `automatic_payment_methods[allow_redirects]=never` unless it has a
+/// `return_url` (the simulator models the rule). payonce turns redirects off on every create, so
+/// a card payment charges, and its PaymentIntent says so.
+#[tokio::test]
+async fn every_create_turns_redirect_payment_methods_off() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    let key = new_key();
+    let (status, _, body) = parts(app.post_payment(&api_key, Some(&key), &payment(800)).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let intent: serde_json::Value = app
+        .client
+        .get(format!("{}v1/payment_intents/{}", app.sim_url, body["payment_intent"].as_str().unwrap()))
+        .bearer_auth(crate::helpers::SIM_SECRET_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(intent["automatic_payment_methods"], serde_json::json!({"enabled": true, "allow_redirects": "never"}));
+    assert_eq!(app.charges_for(&key).await.len(), 1);
+}
