@@ -9,7 +9,8 @@
 //! 2. On conflict the existing row is loaded and checked in a fixed order: **scope** (the same
 //!    method and route), then **fingerprint** (the same payload), then **state**: a final row is
 //!    replayed, a live lease means "in flight" (409), an expired lease is *reclaimed* with a new
-//!    fencing token and the work resumes where it stopped.
+//!    fencing token and the work resumes where it stopped, once its backoff has passed and within
+//!    its budget ([`budget`]); otherwise the client is told when to come back (409).
 //! 3. The holder drives the work through its recovery points ([`crate::payments::process`]).
 //!    Every write it makes is fenced by the lease token ([`lease`]); the lease is extended by a
 //!    heartbeat while the gateway call runs; the final response is stored in the same statement
