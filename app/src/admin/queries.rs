@@ -8,7 +8,7 @@
 //! | `in_flight` | `processing` and `locked_until > now()`: a worker holds it  |
 //! | `stuck`     | `processing` and `locked_until <= now()`: lease lapsed, not yet resumed |
 //! | `completed` | `completed`                                                 |
-//! | `failed`    | `failed` (given up by the sweeper)                          |
+//! | `failed`    | `failed` (the gateway confirmed no charge)                  |
 //! | `expired`   | deleted by the reaper or an operator; counted from `expired` events |
 
 use serde_json::Value;

@@ -216,3 +216,18 @@ async fn a_retry_before_the_backoff_is_told_when_to_come_back() {
     assert_eq!(app.database.key_state(&key).await.unwrap().3, 2);
     assert_eq!(app.charges_for(&key).await.len(), 1);
 }
+
+/// A downstream key horizon of a day or more is refused at startup, with an error that says why:
+/// Stripe forgets idempotency keys after 24 hours, and a create sent later could charge twice.
+#[test]
+fn a_horizon_of_a_day_or_more_is_refused_at_startup() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payonce"))
+        .arg("serve")
+        .env_clear()
+        .env("PAYONCE_DOWNSTREAM_KEY_TTL_SECS", "86400")
+        .output()
+        .expect("run payonce");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("PAYONCE_DOWNSTREAM_KEY_TTL_SECS") && stderr.contains("24 hours"), "{stderr}");
+}

@@ -1,4 +1,4 @@
-//! The sweeper: abandoned keys are finished, hopeless ones given up, expired ones reaped; any
+//! The sweeper: abandoned keys are finished, spent ones reconciled, expired ones reaped; any
 //! number of sweepers and clients may race for a key and exactly one wins.
 
 use std::sync::Arc;
