@@ -282,7 +282,9 @@ fn search_outcomes(body: &Bytes) -> Result<Vec<Outcome>, Outcome> {
         .collect())
 }
 
-fn classify_intent(intent: &PaymentIntent, next_action: Value) -> Outcome {
+/// The outcome a PaymentIntent means (from any source: an answer, a search, a webhook event),
+/// with its `next_action` as Stripe sent it.
+pub fn classify_intent(intent: &PaymentIntent, next_action: Value) -> Outcome {
     IntentAnswer {
         id: intent.id.as_str(),
         status: intent.status.as_str(),

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use super::model::{Answered, PaymentId};
 use super::store;
-use crate::gateway::{self, IntentAnswer, Outcome, PendingStatus};
+use crate::gateway::{self, Outcome, PendingStatus};
 use crate::idempotency::{Engine, EventKind, events};
 
 /// What became of a delivered event.
@@ -170,21 +170,7 @@ fn intent_of(object: &EventObject) -> Option<&PaymentIntent> {
 /// PaymentIntent that has not been confirmed yet, whose status means nothing about the payment);
 /// the PaymentIntent gives its details.
 fn answer_of(kind: &str, intent: &PaymentIntent, raw_next_action: serde_json::Value) -> Option<Outcome> {
-    let outcome = IntentAnswer {
-        id: intent.id.as_str(),
-        status: intent.status.as_str(),
-        next_action: Some(raw_next_action),
-        last_payment_error: intent.last_payment_error.as_deref().map(|error| gateway::ErrorAnswer {
-            status: 0,
-            kind: error.type_.as_str(),
-            code: error.code.as_ref().map(|code| code.as_str()),
-            decline_code: error.decline_code.as_deref(),
-            param: error.param.as_deref(),
-            message: error.message.as_deref().unwrap_or_default(),
-            payment_intent: None,
-        }),
-    }
-    .classify();
+    let outcome = gateway::classify_intent(intent, raw_next_action);
     let expected = matches!(
         (kind, &outcome),
         ("payment_intent.succeeded", Outcome::Succeeded { .. })
