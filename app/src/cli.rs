@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig, WebConfig, owner_name};
 use crate::db::Database;
 use crate::gateway::Gateway;
-use crate::idempotency::{Engine, EngineSettings, EventLog};
+use crate::idempotency::{Backoff, Budget, Engine, EngineSettings, EventLog, Horizon};
 use crate::server::{Server, shutdown_signal};
 use crate::sweeper::{Sweeper, SweeperSettings};
 use crate::telemetry::{self, LogFormat};
@@ -35,7 +35,8 @@ struct Cli {
 enum Command {
     /// Apply migrations and serve the HTTP API (with a sweeper inside) until SIGINT/SIGTERM.
     Serve(ServeArgs),
-    /// Run the sweeper on its own: complete abandoned keys, give up hopeless ones, reap expired ones.
+    /// Run the sweeper on its own: complete abandoned keys, reconcile spent ones and pending
+    /// payments with the gateway, reap expired keys.
     Sweep(SweepArgs),
     /// Apply the database migrations and exit.
     Migrate(DatabaseArgs),
@@ -160,6 +161,35 @@ struct EngineArgs {
     /// How long completed keys are kept and replayed.
     #[arg(long, env = "PAYONCE_KEY_TTL_SECS", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
     key_ttl_secs: u64,
+
+    /// Holders a key may have (the first counts) before clients may no longer take it over; after
+    /// that only the sweeper does, every PAYONCE_BACKOFF_CAP_SECS, to confirm its outcome with the
+    /// gateway.
+    #[arg(long, env = "PAYONCE_MAX_ATTEMPTS", default_value_t = 12, value_parser = clap::value_parser!(i32).range(1..=1000))]
+    max_attempts: i32,
+
+    /// Wait before the first retries of a key; doubled for each further one.
+    #[arg(long, env = "PAYONCE_BACKOFF_BASE_SECS", default_value_t = 1.0, value_parser = non_negative_secs)]
+    backoff_base_secs: f64,
+
+    /// The longest wait between two attempts on a key, and the interval at which a key whose
+    /// budget is spent is reconciled.
+    #[arg(long, env = "PAYONCE_BACKOFF_CAP_SECS", default_value_t = 60.0, value_parser = non_negative_secs)]
+    backoff_cap_secs: f64,
+
+    /// The longest wait between two look-ups of a pending (requires_action, processing) payment.
+    #[arg(long, env = "PAYONCE_RECONCILE_CAP_SECS", default_value_t = 600.0, value_parser = positive_secs)]
+    reconcile_cap_secs: f64,
+
+    /// No create call is sent for a key older than this (Stripe forgets idempotency keys after
+    /// 24 hours); after it, payonce only looks the payment up.
+    #[arg(long, env = "PAYONCE_DOWNSTREAM_KEY_TTL_SECS", default_value_t = 82_800, value_parser = downstream_key_ttl)]
+    downstream_key_ttl_secs: u64,
+
+    /// How long after the last possible create call an empty search by metadata is believed
+    /// (Stripe's search index lags behind).
+    #[arg(long, env = "PAYONCE_SEARCH_SETTLE_SECS", default_value_t = 3600.0, value_parser = non_negative_secs)]
+    search_settle_secs: f64,
 }
 
 #[derive(Debug, Args)]
@@ -175,6 +205,12 @@ struct GatewayArgs {
     /// Base URL of the Stripe API (e.g. an external `payonce stripe-sim`).
     #[arg(long, env = "STRIPE_API_BASE")]
     stripe_api_base: Option<String>,
+
+    /// The signing secret (`whsec_…`) of the webhook endpoint Stripe delivers events to
+    /// (`POST /webhooks/stripe`). Without it (and without the built-in simulator, which issues
+    /// its own), every event is refused.
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    stripe_webhook_secret: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -182,10 +218,6 @@ struct SweeperArgs {
     /// Time between two sweeper passes.
     #[arg(long, env = "PAYONCE_SWEEP_INTERVAL_SECS", default_value_t = 5.0, value_parser = positive_secs)]
     sweep_interval_secs: f64,
-
-    /// Gateway attempts per key before the sweeper gives it up as `failed`.
-    #[arg(long, env = "PAYONCE_MAX_ATTEMPTS", default_value_t = 12, value_parser = clap::value_parser!(i32).range(1..=1000))]
-    max_attempts: i32,
 
     /// How long key events are kept.
     #[arg(long, env = "PAYONCE_EVENT_RETENTION_SECS", default_value_t = 604_800, value_parser = clap::value_parser!(u64).range(1..))]
@@ -197,6 +229,20 @@ fn positive_secs(value: &str) -> Result<f64, String> {
         Ok(secs) if secs.is_finite() && secs > 0.0 => Ok(secs),
         _ => Err(format!("{value:?} is not a positive number of seconds")),
     }
+}
+
+fn non_negative_secs(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Ok(secs),
+        _ => Err(format!("{value:?} is not a number of seconds (0 or more)")),
+    }
+}
+
+/// The horizon must stay under Stripe's 24 hours: refused at startup otherwise.
+fn downstream_key_ttl(value: &str) -> Result<u64, String> {
+    let secs: u64 = value.parse().map_err(|_| format!("{value:?} is not a whole number of seconds"))?;
+    Horizon { downstream_key_ttl: Duration::from_secs(secs), ..Horizon::default() }.check()?;
+    Ok(secs)
 }
 
 #[derive(Debug, Args)]
@@ -218,7 +264,22 @@ impl DatabaseArgs {
 
 impl EngineArgs {
     fn settings(&self) -> EngineSettings {
-        EngineSettings { lease: Duration::from_secs(self.lease_secs), key_ttl: Duration::from_secs(self.key_ttl_secs) }
+        EngineSettings {
+            lease: Duration::from_secs(self.lease_secs),
+            key_ttl: Duration::from_secs(self.key_ttl_secs),
+            budget: Budget {
+                max_attempts: self.max_attempts,
+                backoff: Backoff {
+                    base: Duration::from_secs_f64(self.backoff_base_secs),
+                    cap: Duration::from_secs_f64(self.backoff_cap_secs),
+                },
+                pending_cap: Duration::from_secs_f64(self.reconcile_cap_secs),
+            },
+            horizon: Horizon {
+                downstream_key_ttl: Duration::from_secs(self.downstream_key_ttl_secs),
+                search_settle: Duration::from_secs_f64(self.search_settle_secs),
+            },
+        }
     }
 }
 
@@ -233,15 +294,17 @@ impl GatewayArgs {
     fn timeout(&self) -> Duration {
         Duration::from_secs(self.gateway_timeout_secs)
     }
+
+    fn webhook_secret(&self) -> Option<Secret> {
+        self.stripe_webhook_secret.clone().filter(|secret| !secret.is_empty()).map(Secret::new)
+    }
 }
 
 impl SweeperArgs {
     fn settings(&self) -> SweeperSettings {
         SweeperSettings {
             interval: Duration::from_secs_f64(self.sweep_interval_secs),
-            max_attempts: self.max_attempts,
             event_retention: Duration::from_secs(self.event_retention_secs),
-            ..SweeperSettings::default()
         }
     }
 }
@@ -256,6 +319,7 @@ impl ServeArgs {
                 stripe: self.worker.gateway.stripe(),
                 simulator_addr: self.sim_addr,
                 timeout: self.worker.gateway.timeout(),
+                webhook_secret: self.worker.gateway.webhook_secret(),
             },
             sweeper: self.worker.sweeper.settings(),
             bench_routes: self.bench_routes,

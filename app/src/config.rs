@@ -61,6 +61,9 @@ pub struct GatewayConfig {
     pub simulator_addr: SocketAddr,
     /// The deadline of one gateway call.
     pub timeout: Duration,
+    /// `STRIPE_WEBHOOK_SECRET`: the signing secret of payonce's webhook endpoint at Stripe. With
+    /// the built-in simulator, payonce registers its own endpoint and uses the secret it gets.
+    pub webhook_secret: Option<Secret>,
 }
 
 /// A Stripe account, or anything that speaks its API.

@@ -18,20 +18,26 @@
 //!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)
 //!   fingerprint  canonical JSON and the SHA-256 request fingerprint
 //!   claim        INSERT … ON CONFLICT DO NOTHING, and the decision taken on conflict
+//!   budget       one backoff, attempts and the downstream key's horizon, for every path
 //!   lease        the fencing token, the heartbeat, releasing a key
-//!   recovery     taking over abandoned keys and reaping expired ones (FOR UPDATE SKIP LOCKED)
+//!   recovery     taking over abandoned and spent keys, reaping expired ones (SKIP LOCKED)
 //!   response     the stored response, replayed byte for byte
 //!   replays      final answers replayed recently, kept in memory for a few seconds
 //!   events       the append-only `idempotency_events` log
 //!   operator     the dashboard's fenced actions: release a stuck key, expire a final one
-//! payments       the payment resource and its recovery points (started → payment_created →
-//!                finished): one short statement each, the gateway call between them
+//! payments       the payment resource:
+//!   process      its recovery points (started → payment_created → finished): one short
+//!                statement each, the gateway call between them
+//!   reconcile    asking the gateway what became of it: spent keys, pending payments
+//!   webhook      Stripe's events, recorded in an inbox and applied once, forward only
 //! gateway        Stripe through async-stripe (over a pooled transport), with a deterministic
 //!                downstream idempotency key
-//! sweeper        the background worker: completes abandoned keys, gives up hopeless ones,
-//!                deletes expired ones
+//!   outcome      every answer as one of succeeded, declined, pending, refused, unknown
+//! sweeper        the background worker: completes abandoned keys, reconciles spent keys and
+//!                pending payments, deletes expired keys
 //! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
-//! http           the axum application: routes, extractors, RFC 9457 problem responses
+//! http           the axum application: routes, extractors, RFC 9457 problem responses,
+//!                and `POST /webhooks/stripe` (the signature checked, then payments::webhook)
 //! web            what the HTML side shares: sessions, CSRF, flash messages, assets
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
 //! shop           a demo shop at / with a double-click-proof checkout
@@ -47,7 +53,14 @@
 //!                                  └─ completed ─► stored response replayed
 //!
 //! sweeper ─► idempotency::recovery (abandoned keys) ─► payments::process (the same code)
+//!        └─► spent keys, pending payments ─► payments::reconcile ─► gateway (retrieve, replay, search)
+//! Stripe ─► POST /webhooks/stripe ─► payments::webhook (inbox + effect, one transaction)
 //! ```
+//!
+//! Every gateway answer is one [`gateway::Outcome`]: succeeded and declined are the customer's
+//! final outcome (201, 402), pending is answered 202 and moves on later, refused (payonce's own
+//! configuration) and unknown are never stored: the key is released and retried within its
+//! budget, then reconciled.
 //!
 //! Every write after the claim carries the lease's fencing token, so a worker that lost its lease
 //! (it was slow, paused, or presumed dead) can never overwrite the work of the one that took over.

@@ -37,6 +37,8 @@ pub enum StartError {
     Simulator { addr: SocketAddr, source: std::io::Error },
     #[error("could not configure the Stripe client: {0}")]
     Gateway(#[from] stripe::StripeError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
     #[error("could not create the session table: {0}")]
     Sessions(sqlx::Error),
     #[error("could not listen on {addr}: {source}")]
@@ -57,9 +59,12 @@ pub struct Server {
 impl Server {
     /// Opens the database (migrating it), sets up the gateway and binds the listener.
     pub async fn start(config: ServeConfig) -> Result<Self, StartError> {
+        config.engine.horizon.check().map_err(StartError::Config)?;
         // Ports first: a taken port should fail fast, before a local PostgreSQL is started.
         let addr = config.addr;
         let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
+        let local = listener.local_addr().map_err(|source| StartError::Listen { addr, source })?;
+        let mut webhook_secret = config.gateway.webhook_secret.clone();
         let (gateway, simulator) = match &config.gateway.stripe {
             Some(stripe) => {
                 let gateway =
@@ -76,6 +81,16 @@ impl Server {
                      (ledger: {url}_sim/charges, faults: {url}_sim/faults)",
                     url = sim.base_url(),
                 );
+                // Webhooks with zero configuration: the simulator delivers to this server, signed
+                // with the secret it issues for the endpoint.
+                let url = format!("http://{}{}", reachable(local), crate::http::webhooks::ROUTE);
+                let secret = gateway
+                    .register_webhook_endpoint(&url, &crate::payments::webhook::HANDLED)
+                    .await
+                    .map_err(|err| {
+                        StartError::Config(format!("could not register {url} with the built-in simulator: {err}"))
+                    })?;
+                webhook_secret = Some(secret);
                 (gateway, Some(sim))
             }
         };
@@ -94,6 +109,7 @@ impl Server {
             owner: Arc::from(owner_name("http")),
             metrics: crate::metrics::install(),
             web,
+            webhook_secret: webhook_secret.map(Arc::new),
         };
         Ok(Self {
             listener,
@@ -145,6 +161,16 @@ impl Server {
         database.close().await;
         tracing::info!("payonce stopped");
         served
+    }
+}
+
+/// An address a client on this machine can reach a listener bound to `addr` at (a listener on
+/// every interface is reached on loopback).
+fn reachable(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => SocketAddr::from(([127, 0, 0, 1], addr.port())),
+        ip if ip.is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port())),
+        _ => addr,
     }
 }
 

@@ -5,13 +5,19 @@
 //!
 //! Every pass, in order:
 //!
-//! 1. **Completer.** Takes over keys whose lease ran out before a final answer (the worker crashed,
-//!    or gave the key back after a gateway failure) and drives each from its recovery point with
-//!    the stored canonical request and the same downstream key, exactly as a client retry would.
-//!    The client's next retry then gets the replay. A key that has failed `max_attempts` times is
-//!    given up: `failed`, with a stored 502 problem, never left `processing` forever.
-//! 2. **Reaper.** Deletes final keys past their expiry, in small batches. Payments stay.
-//! 3. **Event purge.** Deletes key events past their retention.
+//! 1. **Completer.** Takes over keys whose lease ran out before an answer (the worker crashed, or
+//!    gave the key back after a gateway failure) once their backoff has passed, and drives each
+//!    from its recovery point with the stored canonical request and the same downstream key,
+//!    exactly as a client retry would. The client's next retry then gets the replay. A key whose
+//!    budget is spent (`PAYONCE_MAX_ATTEMPTS`, or the downstream key's horizon) is taken every
+//!    `PAYONCE_BACKOFF_CAP_SECS` and *reconciled*: the gateway is asked what became of it
+//!    ([`crate::payments::reconcile`]). It is given up only when the gateway confirms there is no
+//!    charge; never left `processing` by guessing.
+//! 2. **Pending payments.** Looks up payments whose key answered 202 (`requires_action`,
+//!    `processing`) when their look-up is due, and moves them forward with what Stripe says:
+//!    the safety net under webhooks.
+//! 3. **Reaper.** Deletes final keys past their expiry, in small batches. Payments stay.
+//! 4. **Purge.** Deletes key events and webhook inbox entries past their retention.
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,31 +26,23 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::gateway::Gateway;
-use crate::idempotency::{Backoff, Engine};
+use crate::idempotency::Engine;
 use crate::payments::process::{self, ProcessError};
+use crate::payments::reconcile::{self, Looked};
 
-/// How the sweeper paces itself.
+/// How the sweeper paces itself. The budget and the backoff it applies are the engine's
+/// ([`crate::idempotency::Budget`]): the same for clients and sweepers.
 #[derive(Debug, Clone, Copy)]
 pub struct SweeperSettings {
     /// Time between two passes.
     pub interval: Duration,
-    /// How many holders a key may have had before it is given up. The first holder counts, so a
-    /// key gets `max_attempts` gateway attempts in all.
-    pub max_attempts: i32,
-    /// Waiting between attempts on the same key.
-    pub backoff: Backoff,
-    /// How long key events are kept.
+    /// How long key events (and webhook inbox entries) are kept.
     pub event_retention: Duration,
 }
 
 impl Default for SweeperSettings {
     fn default() -> Self {
-        Self {
-            interval: Duration::from_secs(5),
-            max_attempts: 12,
-            backoff: Backoff { base: Duration::from_secs(1), cap: Duration::from_secs(60) },
-            event_retention: Duration::from_secs(7 * 24 * 60 * 60),
-        }
+        Self { interval: Duration::from_secs(5), event_retention: Duration::from_secs(7 * 24 * 60 * 60) }
     }
 }
 
@@ -58,12 +56,16 @@ const DELETE_BATCH: i64 = 500;
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SweepReport {
-    /// Abandoned keys driven to a final answer.
+    /// Abandoned keys driven to an answer (201, 202, 402).
     pub completed: usize,
-    /// Abandoned keys whose gateway still gave no final answer (released for a later pass).
+    /// Abandoned keys whose gateway still gave no answer that tells (released for a later pass).
     pub retried: usize,
-    /// Keys given up after too many attempts.
+    /// Keys given up because the gateway confirmed there is no charge.
     pub failed: usize,
+    /// Pending payments looked up.
+    pub looked_up: usize,
+    /// Pending payments that moved forward when looked up.
+    pub moved: usize,
     /// Keys a client retry took over while the sweeper held them (the client finishes them).
     pub lost: usize,
     /// Keys that hit a database or data error.
@@ -133,6 +135,12 @@ impl Sweeper {
             }
         }
         for _ in 0..MAX_BATCHES {
+            let taken = self.look_up_pending(&mut report).await;
+            if taken < BATCH as usize {
+                break;
+            }
+        }
+        for _ in 0..MAX_BATCHES {
             match self.engine.reap_expired(DELETE_BATCH).await {
                 Ok(reaped) => {
                     report.reaped += reaped;
@@ -154,12 +162,19 @@ impl Sweeper {
                 report.errors += 1;
             }
         }
+        if let Err(err) =
+            crate::payments::webhook::purge(self.engine.pool(), self.settings.event_retention, DELETE_BATCH * 10).await
+        {
+            tracing::warn!(error = %err, "purging old webhook events failed");
+            report.errors += 1;
+        }
         report
     }
 
-    /// Takes one batch of abandoned keys and drives them concurrently. Returns how many it took.
+    /// Takes one batch of abandoned keys and drives (or reconciles) them concurrently. Returns
+    /// how many it took.
     async fn complete_abandoned(&self, report: &mut SweepReport) -> usize {
-        let leases = match self.engine.reclaim_abandoned(&self.owner, BATCH, self.settings.backoff).await {
+        let leases = match self.engine.reclaim_abandoned(&self.owner, BATCH).await {
             Ok(leases) => leases,
             Err(err) => {
                 tracing::warn!(error = %err, "looking for abandoned keys failed");
@@ -171,25 +186,27 @@ impl Sweeper {
         let mut work = JoinSet::new();
         for lease in leases {
             let gateway = self.gateway.clone();
-            let max_attempts = self.settings.max_attempts;
             let span = tracing::info_span!("complete", key_id = %lease.key_id, attempts = lease.attempts);
             work.spawn(
                 async move {
-                    if lease.attempts > max_attempts {
-                        process::give_up(&lease, "the gateway never gave a final answer").await.map(|_| Outcome::Failed)
+                    let doing = if lease.exhausted() {
+                        "reconciling a key whose budget is spent"
                     } else {
-                        tracing::info!(recovery_point = lease.recovery_point.as_str(), "resuming an abandoned key");
-                        process::run(&gateway, lease).await.map(|_| Outcome::Completed)
-                    }
+                        "resuming an abandoned key"
+                    };
+                    tracing::info!(recovery_point = lease.recovery_point.as_str(), "{doing}");
+                    process::run(&gateway, lease).await
                 }
                 .instrument(span),
             );
         }
         while let Some(joined) = work.join_next().await {
             match joined {
-                Ok(Ok(Outcome::Completed)) => report.completed += 1,
-                Ok(Ok(Outcome::Failed)) => report.failed += 1,
-                Ok(Err(ProcessError::Gateway(_))) => report.retried += 1,
+                Ok(Ok(response)) if response.status.is_server_error() => report.failed += 1,
+                Ok(Ok(_)) => report.completed += 1,
+                Ok(Err(
+                    ProcessError::Gateway { .. } | ProcessError::Refused { .. } | ProcessError::Unconfirmed { .. },
+                )) => report.retried += 1,
                 Ok(Err(ProcessError::LeaseLost(_))) => report.lost += 1,
                 Ok(Err(err)) => {
                     tracing::error!(error = %err, "could not complete an abandoned key");
@@ -203,9 +220,44 @@ impl Sweeper {
         }
         taken
     }
-}
 
-enum Outcome {
-    Completed,
-    Failed,
+    /// Looks up one batch of pending payments whose look-up is due, concurrently. Returns how
+    /// many it took.
+    async fn look_up_pending(&self, report: &mut SweepReport) -> usize {
+        let due = match reconcile::due_pending(&self.engine, BATCH).await {
+            Ok(due) => due,
+            Err(err) => {
+                tracing::warn!(error = %err, "looking for pending payments failed");
+                report.errors += 1;
+                return 0;
+            }
+        };
+        let taken = due.len();
+        let mut work = JoinSet::new();
+        for payment in due {
+            let (engine, gateway) = (self.engine.clone(), self.gateway.clone());
+            let span = tracing::info_span!("look_up", payment = %payment.id, status = payment.status);
+            work.spawn(async move { reconcile::pending(&engine, &gateway, &payment).await }.instrument(span));
+        }
+        while let Some(joined) = work.join_next().await {
+            match joined {
+                Ok(Ok(looked)) => {
+                    report.looked_up += 1;
+                    if let Looked::Moved(status) = looked {
+                        tracing::info!(status = status.as_str(), "a pending payment moved forward");
+                        report.moved += 1;
+                    }
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "looking a pending payment up failed");
+                    report.errors += 1;
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "a look-up task panicked");
+                    report.errors += 1;
+                }
+            }
+        }
+        taken
+    }
 }

@@ -254,6 +254,8 @@ impl FaultsForm {
             payment_method: Some(self.payment_method.trim().to_owned()).filter(|pm| !pm.is_empty()),
             next_calls: opt("next_calls", &self.next_calls)?,
             seed: opt("seed", &self.seed)?,
+            // The panel does not set webhook faults or scope faults to operations.
+            ..defaults
         })
     }
 }

@@ -79,6 +79,9 @@ impl Operator {
     async fn chrome(&self, state: &AppState, current: &'static str) -> Result<Chrome, WebError> {
         // A live refresh swaps part of the page: the messages would be taken and never shown.
         let flashes = if self.live { Vec::new() } else { flash::take(&self.session).await? };
+        let refusal = queries::recent_refusal(state.engine.pool(), REFUSAL_WINDOW.as_secs_f64()).await?.map(|r| {
+            RefusalBanner { reason: r.reason, message: r.message, at: crate::web::rfc3339(r.at), count: r.count }
+        });
         Ok(Chrome {
             operator: self.name.clone(),
             csrf: self.csrf.clone(),
@@ -86,6 +89,7 @@ impl Operator {
             current,
             simulator: state.web.simulator.is_active().await,
             htmx: page::HTMX_PATH,
+            refusal,
         })
     }
 
@@ -105,6 +109,28 @@ pub struct Chrome {
     /// Whether the gateway is a simulator (the Gateway entry is shown only then).
     pub simulator: bool,
     pub htmx: &'static str,
+    /// The gateway refused payonce's own requests lately: its configuration needs an operator.
+    pub refusal: Option<RefusalBanner>,
+}
+
+/// How far back the refusal banner looks.
+const REFUSAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// What the refusal banner says.
+pub struct RefusalBanner {
+    pub reason: String,
+    /// The gateway's own message (Stripe's messages never contain the secret key).
+    pub message: String,
+    /// When the latest refusal happened (RFC 3339).
+    pub at: String,
+    /// Refusals within the window.
+    pub count: i64,
+}
+
+impl RefusalBanner {
+    pub fn minutes(&self) -> u64 {
+        REFUSAL_WINDOW.as_secs() / 60
+    }
 }
 
 impl FromRequestParts<AppState> for Operator {

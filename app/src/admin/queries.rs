@@ -8,7 +8,7 @@
 //! | `in_flight` | `processing` and `locked_until > now()`: a worker holds it  |
 //! | `stuck`     | `processing` and `locked_until <= now()`: lease lapsed, not yet resumed |
 //! | `completed` | `completed`                                                 |
-//! | `failed`    | `failed` (given up by the sweeper)                          |
+//! | `failed`    | `failed` (the gateway confirmed no charge)                  |
 //! | `expired`   | deleted by the reaper or an operator; counted from `expired` events |
 
 use serde_json::Value;
@@ -323,5 +323,32 @@ pub async fn key_ids(pool: &PgPool, customers: &[Uuid], keys: &[String]) -> sqlx
         keys,
     )
     .fetch_all(pool)
+    .await
+}
+
+/// The gateway's latest refusal of payonce's own requests within the last `window_secs`, and
+/// how many there were: the dashboard's banner, the same on every server since it is read from
+/// the shared `refused` events.
+pub struct RecentRefusal {
+    pub message: String,
+    pub reason: String,
+    pub at: OffsetDateTime,
+    pub count: i64,
+}
+
+pub async fn recent_refusal(pool: &PgPool, window_secs: f64) -> sqlx::Result<Option<RecentRefusal>> {
+    sqlx::query_as!(
+        RecentRefusal,
+        r#"
+        select coalesce(detail->>'message', '') as "message!", coalesce(detail->>'reason', '') as "reason!",
+               created_at as at, count(*) over () as "count!"
+        from idempotency_events
+        where kind = 'refused' and created_at > now() - $1 * interval '1 second'
+        order by created_at desc
+        limit 1
+        "#,
+        window_secs,
+    )
+    .fetch_optional(pool)
     .await
 }

@@ -4,21 +4,40 @@
 //! idempotency key derived from the payonce key's row id ([`downstream_key`]). A retry of the same
 //! payonce key, by the client, by another server, or by the sweeper after a crash, therefore
 //! sends Stripe the same key and gets the same PaymentIntent back: the gateway itself makes the
-//! charge happen once, even if payonce forgot that it asked.
+//! charge happen once, even if payonce forgot that it asked. Stripe remembers a key for 24 hours;
+//! payonce sends none older than its horizon (`PAYONCE_DOWNSTREAM_KEY_TTL_SECS`, under 24 h) and
+//! after it only looks payments up: [`Gateway::retrieve`] by PaymentIntent id, or
+//! [`Gateway::search`] by payonce's own metadata.
+//!
+//! Every answer becomes one [`Outcome`] ([`outcome`]): succeeded, declined, pending, refused or
+//! unknown. Refusals (payonce's own configuration) are logged at ERROR and counted here, for
+//! every call alike.
 //!
 //! The same code talks to real Stripe and to the built-in simulator ([`crate::simulator`]): only
 //! the base URL and the secret key differ.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+pub mod outcome;
 mod transport;
 
-use stripe::{ApiErrorsType, IdempotencyKey, RequestStrategy, StripeError, StripeRequest};
-use stripe_core::payment_intent::CreatePaymentIntent;
-use stripe_core::{PaymentIntent, PaymentIntentStatus};
+use bytes::Bytes;
+use serde_json::Value;
+use stripe::StripeError;
+use stripe_client_core::{RequestBuilder, StripeRequest};
+use stripe_core::payment_intent::{
+    CreatePaymentIntent, CreatePaymentIntentAutomaticPaymentMethods,
+    CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects, RetrievePaymentIntent, SearchPaymentIntent,
+};
+use stripe_misc::WebhookEndpoint;
+use stripe_misc::webhook_endpoint::{CreateWebhookEndpoint, CreateWebhookEndpointEnabledEvents};
+use stripe_shared::{ApiErrors, PaymentIntent};
+use stripe_types::SearchList;
 use uuid::Uuid;
 
+use crate::config::Secret;
+pub use outcome::{Decline, DeclinedBy, ErrorAnswer, GatewayError, IntentAnswer, Outcome, PendingStatus, Refusal};
 pub(crate) use transport::Transport;
 
 /// How payonce reaches its gateway.
@@ -44,37 +63,24 @@ pub struct Charge<'a> {
     pub idempotency_key: String,
 }
 
-/// A final answer from the gateway: the same request would get the same answer again.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ChargeOutcome {
-    /// The money moved.
-    Succeeded { payment_intent: String },
-    /// The card was declined (`card_error`).
-    Declined { payment_intent: Option<String>, code: String, decline_code: Option<String>, message: String },
-    /// The gateway refused the request itself (`invalid_request_error`, e.g. an unknown
-    /// PaymentMethod) or left the PaymentIntent in a state this API does not support.
-    Rejected { payment_intent: Option<String>, code: String, message: String },
-}
-
-/// No final answer: the charge may or may not have happened. Retrying with the same downstream
-/// key is always safe and eventually tells which.
-#[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
-    #[error("the gateway did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error("the gateway could not be reached: {0}")]
-    Transport(String),
-    #[error("the gateway answered {status} ({kind}): {message}")]
-    Unavailable { status: u16, kind: String, message: String },
-    #[error("the gateway's answer could not be read: {0}")]
-    Unreadable(String),
-}
+/// The prefix of every downstream idempotency key.
+const DOWNSTREAM_PREFIX: &str = "payonce-charge-";
 
 /// The downstream idempotency key of a payonce key: a pure function of the row id, so every
 /// worker computes the same one, and not the client's raw key (which is only unique per customer).
 pub fn downstream_key(key_id: Uuid) -> String {
-    format!("payonce-charge-{}", key_id.simple())
+    format!("{DOWNSTREAM_PREFIX}{}", key_id.simple())
 }
+
+/// The payonce key a downstream key was derived from (Stripe's events name the key of the
+/// request that caused them).
+pub fn key_of_downstream(downstream: &str) -> Option<Uuid> {
+    let hex = downstream.strip_prefix(DOWNSTREAM_PREFIX)?;
+    (hex.len() == 32).then(|| Uuid::try_parse(hex).ok()).flatten()
+}
+
+/// The metadata key that names payonce's payment on every PaymentIntent it creates.
+pub const PAYMENT_METADATA: &str = "payonce_payment";
 
 impl Gateway {
     /// A gateway at `base_url` (Stripe's own when `None`). A base URL with a path must end in `/`.
@@ -100,91 +106,203 @@ impl Gateway {
 
     /// Creates and confirms a PaymentIntent. One attempt, with the caller's downstream key: the
     /// caller decides when to retry, so retries survive restarts.
-    pub async fn charge(&self, charge: Charge<'_>) -> Result<ChargeOutcome, GatewayError> {
-        let key = IdempotencyKey::new(&charge.idempotency_key)
-            .map_err(|err| GatewayError::Transport(format!("invalid downstream key: {err}")))?;
+    ///
+    /// Redirect-based payment methods are turned off (`automatic_payment_methods[allow_redirects]
+    /// =never`): payonce confirms server-side and has no page to send a customer back to, and
+    /// without it Stripe requires a `return_url` on every confirmation.
+    pub async fn charge(&self, charge: Charge<'_>) -> Outcome {
         let mut request = CreatePaymentIntent::new(
             charge.amount,
             charge.currency.parse::<stripe_types::Currency>().unwrap_or_default(),
         )
         .payment_method(charge.payment_method)
         .confirm(true)
+        .automatic_payment_methods(CreatePaymentIntentAutomaticPaymentMethods {
+            enabled: true,
+            allow_redirects: Some(CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects::Never),
+        })
         .metadata(charge.metadata);
         if let Some(description) = charge.description {
             request = request.description(description);
         }
-        let started = std::time::Instant::now();
-        let result = request
-            .customize()
-            .request_strategy(RequestStrategy::Idempotent(key))
-            .timeout(self.timeout)
-            .send(&self.transport)
-            .await;
-        let elapsed = started.elapsed();
-        let outcome = self.interpret(result);
-        let label = match &outcome {
-            Ok(ChargeOutcome::Succeeded { .. }) => "succeeded",
-            Ok(ChargeOutcome::Declined { .. }) => "declined",
-            Ok(ChargeOutcome::Rejected { .. }) => "rejected",
-            Err(GatewayError::Timeout(_)) => "timeout",
-            Err(GatewayError::Transport(_)) => "transport",
-            Err(GatewayError::Unavailable { .. }) => "unavailable",
-            Err(GatewayError::Unreadable(_)) => "unreadable",
+        let started = Instant::now();
+        let outcome = match self.call(request.build(), Some(&charge.idempotency_key)).await {
+            Ok(body) => intent_outcome(&body),
+            Err(outcome) => outcome,
         };
-        metrics::histogram!("payonce_gateway_request_duration_seconds", "outcome" => label)
-            .record(elapsed.as_secs_f64());
-        tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, outcome = label, "gateway call");
+        self.settle("create", started, outcome)
+    }
+
+    /// Looks a PaymentIntent up by id.
+    pub async fn retrieve(&self, payment_intent: &str) -> Outcome {
+        let started = Instant::now();
+        let outcome = match self.call(RetrievePaymentIntent::new(payment_intent).build(), None).await {
+            Ok(body) => intent_outcome(&body),
+            Err(outcome) => outcome,
+        };
+        self.settle("retrieve", started, outcome)
+    }
+
+    /// Looks for the PaymentIntent of payonce's payment `payment` (`pay_…`) by its metadata.
+    /// `None` when the search found none: only meaningful once Stripe's search index has caught
+    /// up with the last create call (its documented lag is about a minute; payonce waits
+    /// `PAYONCE_SEARCH_SETTLE_SECS`). Two PaymentIntents for one payment cannot come from one
+    /// downstream key; if the search finds several, the furthest along is the answer and the
+    /// rest is logged as an error.
+    pub async fn search(&self, payment: &str) -> Option<Outcome> {
+        let query = format!("metadata['{PAYMENT_METADATA}']:'{payment}'");
+        let started = Instant::now();
+        let mut found = match self.call(SearchPaymentIntent::new(query).limit(10).build(), None).await {
+            Ok(body) => match search_outcomes(&body) {
+                Ok(found) => found,
+                Err(unreadable) => return Some(self.settle("search", started, unreadable)),
+            },
+            Err(outcome) => return Some(self.settle("search", started, outcome)),
+        };
+        if found.len() > 1 {
+            let ids: Vec<_> = found.iter().filter_map(Outcome::payment_intent).collect();
+            tracing::error!(
+                payment,
+                ?ids,
+                "several PaymentIntents carry one payonce payment: check for a double charge"
+            );
+        }
+        found.sort_by_key(rank);
+        match found.pop() {
+            Some(best) => Some(self.settle("search", started, best)),
+            None => {
+                observe("search", "none", started);
+                None
+            }
+        }
+    }
+
+    /// Registers `url` as a webhook endpoint for `events`, in the API version async-stripe reads,
+    /// and returns its signing secret (Stripe shows it in this answer only). `payonce serve`
+    /// does this with its built-in simulator at startup; with real Stripe an operator creates
+    /// the endpoint once (docs/operations.md).
+    pub async fn register_webhook_endpoint(&self, url: &str, events: &[&str]) -> Result<Secret, String> {
+        let events = events
+            .iter()
+            .map(|event| {
+                event.parse::<CreateWebhookEndpointEnabledEvents>().map_err(|_| format!("unknown event {event}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let request = CreateWebhookEndpoint::new(events, url).api_version(stripe_shared::version::VERSION);
+        let endpoint: WebhookEndpoint = match self.call(request.build(), None).await {
+            Ok(body) => parse(&body).map_err(|err| err.to_string())?,
+            Err(outcome) => return Err(format!("the gateway answered {}", outcome.label())),
+        };
+        let secret = endpoint.secret.ok_or("the gateway's answer holds no secret")?;
+        tracing::info!(endpoint = %endpoint.id, url, "webhook endpoint registered");
+        Ok(Secret::new(secret))
+    }
+
+    /// One call. `Err` holds what an error answer (or the lack of any) means.
+    async fn call(&self, request: RequestBuilder, idempotency_key: Option<&str>) -> Result<Bytes, Outcome> {
+        self.transport.call(request, idempotency_key, self.timeout).await.map_err(|err| match err {
+            StripeError::Stripe(api, status) => error_answer(&api, status).classify(),
+            StripeError::Timeout => Outcome::Unknown(GatewayError::Timeout(self.timeout)),
+            StripeError::ClientError(msg) | StripeError::ConfigError(msg) => {
+                Outcome::Unknown(GatewayError::Transport(msg))
+            }
+            StripeError::JSONDeserialize(msg) => Outcome::Unknown(GatewayError::Unreadable(msg)),
+        })
+    }
+
+    /// Measures, counts and (for refusals) reports the outcome of one call.
+    fn settle(&self, call: &'static str, started: Instant, outcome: Outcome) -> Outcome {
+        observe(call, outcome.label(), started);
+        if let Outcome::Refused(refusal) = &outcome {
+            metrics::counter!("payonce_gateway_refusals_total", "reason" => refusal.reason.as_str()).increment(1);
+            tracing::error!(
+                call,
+                base_url = %self.base_url,
+                reason = refusal.reason.as_str(),
+                status = refusal.status,
+                kind = %refusal.kind,
+                code = refusal.code.as_deref(),
+                message = %refusal.message,
+                "the gateway refused payonce's request: check STRIPE_SECRET_KEY and STRIPE_API_BASE"
+            );
+        }
         outcome
     }
+}
 
-    /// Sorts the result of a call into a final outcome or "unknown, retry".
-    fn interpret(&self, result: Result<PaymentIntent, StripeError>) -> Result<ChargeOutcome, GatewayError> {
-        match result {
-            Ok(intent) => Ok(match intent.status {
-                PaymentIntentStatus::Succeeded => ChargeOutcome::Succeeded { payment_intent: intent.id.to_string() },
-                other => ChargeOutcome::Rejected {
-                    payment_intent: Some(intent.id.to_string()),
-                    code: format!("payment_intent_{}", other.as_str()),
-                    message: format!(
-                        "the PaymentIntent ended in status '{}', which this API does not complete",
-                        other.as_str()
-                    ),
-                },
-            }),
-            Err(err) => self.classify(err),
-        }
+/// Records one call's latency by call and outcome.
+fn observe(call: &'static str, outcome: &'static str, started: Instant) {
+    let elapsed = started.elapsed();
+    metrics::histogram!("payonce_gateway_request_duration_seconds", "call" => call, "outcome" => outcome)
+        .record(elapsed.as_secs_f64());
+    tracing::debug!(call, outcome, elapsed_ms = elapsed.as_millis() as u64, "gateway call");
+}
+
+/// How far along a found PaymentIntent is, to pick the answer among several.
+fn rank(outcome: &Outcome) -> u8 {
+    match outcome {
+        Outcome::Refused(_) | Outcome::Unknown(_) => 0,
+        Outcome::Pending { .. } => 1,
+        Outcome::Declined(_) => 2,
+        Outcome::Succeeded { .. } => 3,
     }
+}
 
-    /// Sorts an error answer into a final outcome or "unknown, retry".
-    fn classify(&self, err: StripeError) -> Result<ChargeOutcome, GatewayError> {
-        match err {
-            StripeError::Stripe(api, status) => {
-                let code =
-                    api.code.as_ref().map(|c| c.as_str().to_owned()).unwrap_or_else(|| api.type_.as_str().to_owned());
-                let message = api.message.clone().unwrap_or_default();
-                let payment_intent = api.payment_intent.as_ref().map(|pi| pi.id.to_string());
-                match (&api.type_, status) {
-                    (ApiErrorsType::CardError, _) => Ok(ChargeOutcome::Declined {
-                        payment_intent,
-                        code,
-                        decline_code: api.decline_code.clone(),
-                        message,
-                    }),
-                    // A request error is final, except the ones about *us* rather than the payment:
-                    // a bad API key (401/403), rate limiting (429) and a concurrent request with
-                    // the same key (409). Those must be retried, not recorded as the outcome.
-                    (ApiErrorsType::InvalidRequestError, 400 | 402 | 404) => {
-                        Ok(ChargeOutcome::Rejected { payment_intent, code, message })
-                    }
-                    (kind, status) => {
-                        Err(GatewayError::Unavailable { status, kind: kind.as_str().to_owned(), message })
-                    }
-                }
-            }
-            StripeError::Timeout => Err(GatewayError::Timeout(self.timeout)),
-            StripeError::ClientError(msg) | StripeError::ConfigError(msg) => Err(GatewayError::Transport(msg)),
-            StripeError::JSONDeserialize(msg) => Err(GatewayError::Unreadable(msg)),
-        }
+/// A body as one of async-stripe's types.
+fn parse<T: miniserde::Deserialize>(body: &Bytes) -> Result<T, GatewayError> {
+    std::str::from_utf8(body)
+        .ok()
+        .and_then(|text| miniserde::json::from_str(text).ok())
+        .ok_or_else(|| GatewayError::Unreadable("the body is not the object Stripe documents".into()))
+}
+
+/// The outcome of a body that should be a PaymentIntent. `next_action` is passed on as Stripe
+/// sent it, so it is read from the raw JSON rather than re-encoded.
+fn intent_outcome(body: &Bytes) -> Outcome {
+    let intent: PaymentIntent = match parse(body) {
+        Ok(intent) => intent,
+        Err(unreadable) => return Outcome::Unknown(unreadable),
+    };
+    let next_action = match intent.next_action {
+        Some(_) => serde_json::from_slice::<Value>(body).map_or(Value::Null, |raw| raw["next_action"].clone()),
+        None => Value::Null,
+    };
+    classify_intent(&intent, next_action)
+}
+
+/// The outcomes of the PaymentIntents a search found.
+fn search_outcomes(body: &Bytes) -> Result<Vec<Outcome>, Outcome> {
+    let list: SearchList<PaymentIntent> = parse(body).map_err(Outcome::Unknown)?;
+    let raw: Value = serde_json::from_slice(body).unwrap_or_default();
+    Ok(list
+        .data
+        .iter()
+        .enumerate()
+        .map(|(i, intent)| classify_intent(intent, raw["data"][i]["next_action"].clone()))
+        .collect())
+}
+
+/// The outcome a PaymentIntent means (from any source: an answer, a search, a webhook event),
+/// with its `next_action` as Stripe sent it.
+pub fn classify_intent(intent: &PaymentIntent, next_action: Value) -> Outcome {
+    IntentAnswer {
+        id: intent.id.as_str(),
+        status: intent.status.as_str(),
+        next_action: Some(next_action),
+        last_payment_error: intent.last_payment_error.as_deref().map(|error| error_answer(error, 0)),
+    }
+    .classify()
+}
+
+fn error_answer(api: &ApiErrors, status: u16) -> ErrorAnswer<'_> {
+    ErrorAnswer {
+        status,
+        kind: api.type_.as_str(),
+        code: api.code.as_ref().map(|code| code.as_str()),
+        decline_code: api.decline_code.as_deref(),
+        param: api.param.as_deref(),
+        message: api.message.as_deref().unwrap_or_default(),
+        payment_intent: api.payment_intent.as_ref().map(|pi| pi.id.as_str()),
     }
 }
 
@@ -199,5 +317,8 @@ mod tests {
         assert_eq!(downstream_key(id), downstream_key(id));
         assert_ne!(downstream_key(id), downstream_key(Uuid::now_v7()));
         assert!(downstream_key(id).len() <= 255);
+        assert_eq!(key_of_downstream(&downstream_key(id)), Some(id));
+        assert_eq!(key_of_downstream("payonce-charge-xyz"), None);
+        assert_eq!(key_of_downstream(&id.simple().to_string()), None);
     }
 }

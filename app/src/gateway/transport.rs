@@ -3,10 +3,13 @@
 //! async-stripe builds its hyper client with `pool_max_idle_per_host(0)`: every call opens a new
 //! TCP connection (and, to Stripe, a new TLS session). Under load that costs a handshake per
 //! payment and, at a few hundred calls per second, exhausts the machine's ephemeral ports with
-//! connections in `TIME_WAIT`. async-stripe lets a client bring its own transport (the
-//! `StripeClient` trait), so payonce keeps everything else of async-stripe (the request types,
-//! their form encoding, the response and error types) and sends the requests through a pooled
-//! hyper client. `docs/performance.md` has the before and after.
+//! connections in `TIME_WAIT`. So payonce keeps everything else of async-stripe (the request
+//! types, their form encoding, the response and error types) and sends the requests it builds
+//! ([`RequestBuilder`], from `StripeRequest::build`) through a pooled hyper client of its own.
+//! It gets the response body back as bytes: the gateway reads it with async-stripe's types and,
+//! for the few members it passes on as they are (`next_action`), as plain JSON. The transport is
+//! also an async-stripe client (`StripeClient`), which the simulator's tests use.
+//! `docs/performance.md` has the before and after.
 
 use std::time::Duration;
 
@@ -19,7 +22,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use stripe::StripeError;
-use stripe_client_core::{CustomizedStripeRequest, StripeClient, StripeMethod};
+use stripe_client_core::{CustomizedStripeRequest, RequestBuilder, StripeClient, StripeMethod};
 
 const STRIPE_VERSION: HeaderName = HeaderName::from_static("stripe-version");
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -38,7 +41,7 @@ pub struct Transport {
     authorization: HeaderValue,
     user_agent: HeaderValue,
     version: HeaderValue,
-    /// Deadline of one call, unless the request overrides it.
+    /// Deadline of a call through [`StripeClient`] that sets none.
     timeout: Duration,
 }
 
@@ -73,14 +76,18 @@ impl Transport {
     }
 }
 
-impl StripeClient for Transport {
-    type Err = StripeError;
-
-    /// One attempt: payonce decides itself when to retry, with its own deterministic key.
-    async fn execute(&self, request: CustomizedStripeRequest) -> Result<Bytes, StripeError> {
-        let (request, config) = request.into_pieces();
+impl Transport {
+    /// Sends one request, once: payonce decides itself when to retry, with its own
+    /// deterministic key. Returns the body of a 2xx answer; any other answer is Stripe's error
+    /// envelope, parsed with async-stripe's own types.
+    pub async fn call(
+        &self,
+        request: RequestBuilder,
+        idempotency_key: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Bytes, StripeError> {
         let mut uri = format!("{}v1{}", self.base_url, request.path);
-        if let Some(query) = &request.query {
+        if let Some(query) = request.query.as_deref().filter(|query| !query.is_empty()) {
             uri.push('?');
             uri.push_str(query);
         }
@@ -95,15 +102,26 @@ impl StripeClient for Transport {
             .header(AUTHORIZATION, self.authorization.clone())
             .header(USER_AGENT, self.user_agent.clone())
             .header(STRIPE_VERSION, self.version.clone());
-        if let Some(key) = config.request_strategy.as_ref().and_then(|strategy| strategy.get_key()) {
-            builder = builder.header(IDEMPOTENCY_KEY, key.as_str());
+        if let Some(key) = idempotency_key {
+            builder = builder.header(IDEMPOTENCY_KEY, key);
         }
         if request.body.is_some() {
             builder = builder.header(CONTENT_TYPE, FORM);
         }
         let body = Full::new(request.body.map(Bytes::from).unwrap_or_default());
         let request = builder.body(body).map_err(|err| StripeError::ClientError(err.to_string()))?;
-        let timeout = config.timeout.unwrap_or(self.timeout);
         tokio::time::timeout(timeout, self.send(request)).await.unwrap_or(Err(StripeError::Timeout))
+    }
+}
+
+impl StripeClient for Transport {
+    type Err = StripeError;
+
+    /// One attempt, with the request's own key and timeout.
+    async fn execute(&self, request: CustomizedStripeRequest) -> Result<Bytes, StripeError> {
+        let (request, config) = request.into_pieces();
+        let key = config.request_strategy.as_ref().and_then(|strategy| strategy.get_key());
+        let timeout = config.timeout.unwrap_or(self.timeout);
+        self.call(request, key.as_ref().map(|key| key.as_str()), timeout).await
     }
 }

@@ -14,13 +14,12 @@ use axum::response::{IntoResponse, Response};
 
 use super::problem::Problem;
 use crate::gateway::GatewayError;
-use crate::idempotency::{ClaimError, KeyError};
+use crate::gateway::outcome::RefusalReason;
+use crate::idempotency::claim::retry_after as whole_seconds;
+use crate::idempotency::{Busy, ClaimError, KeyError};
 use crate::payments::FieldError;
 use crate::payments::process::ProcessError;
 
-/// How long a client should wait after the gateway failed to answer. The key was released, so a
-/// retry resumes at once; this only spaces retries out while the gateway recovers.
-pub const GATEWAY_RETRY_AFTER: Duration = Duration::from_secs(2);
 /// How long a client should wait while the database is unreachable.
 const DATABASE_RETRY_AFTER: Duration = Duration::from_secs(2);
 
@@ -41,12 +40,22 @@ pub enum ApiError {
     NotFound,
     #[error("method not allowed")]
     MethodNotAllowed,
-    #[error("the idempotency key is in flight")]
-    InFlight { retry_after: Duration },
+    #[error("the idempotency key may not be taken now ({})", .reason.as_str())]
+    InFlight { retry_after: Duration, reason: Busy },
     #[error("{0}")]
     KeyReused(String),
-    #[error(transparent)]
-    Gateway(#[from] GatewayError),
+    /// No answer that tells from the gateway; the key was released.
+    #[error("{error}")]
+    Gateway { error: GatewayError, retry_after: Duration },
+    /// The gateway refused payonce's own request; the key was released, nothing stored.
+    #[error("the gateway refused payonce's request: {}", .reason.describe())]
+    GatewayRefused { reason: RefusalReason, retry_after: Duration },
+    #[error("webhook signature refused: {0}")]
+    WebhookSignature(String),
+    #[error("the webhook event could not be read")]
+    WebhookUnreadable,
+    #[error("no webhook secret is configured")]
+    WebhooksNotConfigured,
     #[error("database unavailable: {0}")]
     DatabaseUnavailable(sqlx::Error),
     #[error("internal error: {0}")]
@@ -112,33 +121,79 @@ impl ApiError {
                 "Method not allowed",
                 "This URL does not support this HTTP method.",
             ),
-            Self::InFlight { retry_after } => Problem::new(
-                S::CONFLICT,
-                "idempotency-key-in-use",
-                "Request in progress",
-                format!(
-                    "A request with this Idempotency-Key is still being processed. Retry with the same key and payload; \
-                     within {} s (Retry-After) it is either finished and replayed, or its lease has run out and the retry \
-                     resumes it.",
-                    retry_after.as_secs()
-                ),
-            )
-            .with("retry_after", retry_after.as_secs()),
+            Self::InFlight { retry_after, reason } => {
+                let secs = retry_after.as_secs();
+                let detail = match reason {
+                    Busy::InFlight => format!(
+                        "A request with this Idempotency-Key is still being processed. Retry with the same key and payload; \
+                         within {secs} s (Retry-After) it is either finished and replayed, or its lease has run out and the \
+                         retry resumes it."
+                    ),
+                    Busy::Backoff => format!(
+                        "The last attempt with this Idempotency-Key got no answer from the payment gateway moments ago, and \
+                         payonce spaces attempts out. Retry with the same key and payload after {secs} s (Retry-After): it \
+                         resumes the payment and can never charge twice."
+                    ),
+                    Busy::Reconciling => format!(
+                        "payonce is confirming the outcome of this payment with the payment gateway: the attempts allowed \
+                         for this Idempotency-Key are spent, so instead of trying again payonce asks the gateway what became \
+                         of it. Retry with the same key and payload after {secs} s (Retry-After) to get the answer; do not \
+                         pay again with a new key meanwhile."
+                    ),
+                };
+                Problem::new(S::CONFLICT, "idempotency-key-in-use", "Request in progress", detail)
+                    .with("retry_after", secs)
+                    .with("reason", reason.as_str())
+            }
             Self::KeyReused(detail) => Problem::new(
                 S::UNPROCESSABLE_ENTITY,
                 "idempotency-key-reused",
                 "Idempotency-Key reused",
                 format!("{detail}. A key identifies one request: send this request with a new key, or retry the original request unchanged."),
             ),
-            Self::Gateway(err) => Problem::new(
+            Self::Gateway { error, retry_after } => Problem::new(
                 S::SERVICE_UNAVAILABLE,
                 "gateway-unavailable",
                 "Payment gateway unavailable",
                 format!(
-                    "{err}. The payment was not completed and may or may not have been charged; retry with the same Idempotency-Key: it resumes the payment and can never charge twice."
+                    "{error}. The payment was not completed and may or may not have been charged; retry with the same \
+                     Idempotency-Key after Retry-After: it resumes the payment and can never charge twice."
                 ),
             )
-            .with("retry_after", GATEWAY_RETRY_AFTER.as_secs()),
+            .with("retry_after", whole_seconds(retry_after.as_secs_f64()).as_secs()),
+            Self::GatewayRefused { reason, retry_after } => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "gateway-refused",
+                "Payment gateway refused payonce's request",
+                format!(
+                    "The payment could not be completed because {}. This is payonce's own configuration, not a problem with \
+                     the payment, and its operators have been alerted. Nothing was stored under this Idempotency-Key: \
+                     retry with the same key later (after Retry-After); once the configuration is fixed it resumes the \
+                     payment and can never charge twice.",
+                    reason.describe()
+                ),
+            )
+            .with("retry_after", whole_seconds(retry_after.as_secs_f64()).as_secs()),
+            Self::WebhookSignature(why) => Problem::new(
+                S::BAD_REQUEST,
+                "webhook-signature-invalid",
+                "Webhook signature invalid",
+                format!("{why}. The event was not applied."),
+            ),
+            Self::WebhookUnreadable => Problem::new(
+                S::BAD_REQUEST,
+                "webhook-unreadable",
+                "Webhook event unreadable",
+                "The signature is valid but the body is not a Stripe event this version can read. It was not applied; \
+                 check that the endpoint's API version matches payonce's.",
+            ),
+            Self::WebhooksNotConfigured => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "webhooks-not-configured",
+                "Webhooks not configured",
+                "payonce has no webhook signing secret (STRIPE_WEBHOOK_SECRET), so it cannot verify any event. The event \
+                 was not applied; it is accepted once the secret is configured.",
+            ),
             Self::DatabaseUnavailable(_) => Problem::new(
                 S::SERVICE_UNAVAILABLE,
                 "service-unavailable",
@@ -157,8 +212,10 @@ impl ApiError {
 
     fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::InFlight { retry_after } => Some(*retry_after),
-            Self::Gateway(_) => Some(GATEWAY_RETRY_AFTER),
+            Self::InFlight { retry_after, .. } => Some(*retry_after),
+            Self::Gateway { retry_after, .. } | Self::GatewayRefused { retry_after, .. } => {
+                Some(whole_seconds(retry_after.as_secs_f64()))
+            }
             Self::DatabaseUnavailable(_) => Some(DATABASE_RETRY_AFTER),
             _ => None,
         }
@@ -185,8 +242,15 @@ impl From<ProcessError> for ApiError {
     fn from(err: ProcessError) -> Self {
         match err {
             // The caller retries the claim on LeaseLost; reaching here means it kept changing hands.
-            ProcessError::LeaseLost(_) => Self::InFlight { retry_after: Duration::from_secs(1) },
-            ProcessError::Gateway(err) => Self::Gateway(err),
+            ProcessError::LeaseLost(_) => {
+                Self::InFlight { retry_after: Duration::from_secs(1), reason: Busy::InFlight }
+            }
+            ProcessError::Gateway { error, retry_after } => Self::Gateway { error, retry_after },
+            ProcessError::Refused { refusal, retry_after } => {
+                Self::GatewayRefused { reason: refusal.reason, retry_after }
+            }
+            // Only the sweeper searches; a client never holds a key that needs it.
+            ProcessError::Unconfirmed { retry_after } => Self::InFlight { retry_after, reason: Busy::Reconciling },
             ProcessError::Database(err) => err.into(),
             ProcessError::Corrupt { .. } => Self::Internal(err.to_string()),
         }

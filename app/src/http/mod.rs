@@ -9,6 +9,7 @@ pub mod extract;
 pub mod health;
 pub mod payments;
 pub mod problem;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -39,6 +40,9 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// The HTML side's settings and its simulator client (admin dashboard, shop).
     pub web: crate::web::WebState,
+    /// The secret Stripe signs webhook events with (`whsec_…`); without one, `POST
+    /// /webhooks/stripe` refuses every event.
+    pub webhook_secret: Option<Arc<crate::config::Secret>>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -69,7 +73,7 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
         .merge(crate::admin::router(&state))
         .merge(crate::shop::router(&state))
         .merge(crate::web::page::assets_router());
-    let routes = Router::new().merge(health::router()).merge(payments::router()).merge(html);
+    let routes = Router::new().merge(health::router()).merge(payments::router()).merge(webhooks::router()).merge(html);
     let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
     routes
         .fallback(|| async { ApiError::NotFound })

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
-use crate::idempotency::{Claim, IdempotencyKey, Operation, StoredResponse};
+use crate::idempotency::{Busy, Claim, IdempotencyKey, Operation, StoredResponse};
 use crate::payments::process::{self, ProcessError};
 use crate::payments::{self, CreatePayment, NewPayment, PaymentId, store};
 
@@ -46,7 +46,7 @@ pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewPayment) -
 /// The final answer to a payment request.
 #[derive(Debug)]
 pub struct Answer {
-    /// The stored response: a 201 with the payment, or a final problem (402, 502).
+    /// The stored response: a 201 or 202 with the payment, or a final problem (402, 502).
     pub stored: StoredResponse,
     /// Whether it was replayed from an earlier request with the same key.
     pub replayed: bool,
@@ -70,12 +70,16 @@ async fn submit(state: AppState, op: Operation) -> Result<Answer, ApiError> {
     for _ in 0..3 {
         match state.engine.claim(&op, &state.owner).await? {
             Claim::Completed(stored) => return Ok(Answer { stored, replayed: true }),
-            Claim::InFlight { retry_after } => {
-                // The lease says when the key is certainly resolvable (finished, or free to take
-                // over if its holder died). A live holder finishes its gateway call, or gives
+            Claim::InFlight { retry_after, reason } => {
+                // A live lease says when the key is certainly resolvable (finished, or free to
+                // take over if its holder died). A live holder finishes its gateway call, or gives
                 // the key back, within the gateway timeout: a retry is useful after the sooner.
-                let retry_after = retry_after.min(state.gateway.timeout()).max(Duration::from_secs(1));
-                return Err(ApiError::InFlight { retry_after });
+                // A backoff or a spent budget says exactly when the key may be taken again.
+                let retry_after = match reason {
+                    Busy::InFlight => retry_after.min(state.gateway.timeout()).max(Duration::from_secs(1)),
+                    Busy::Backoff | Busy::Reconciling => retry_after,
+                };
+                return Err(ApiError::InFlight { retry_after, reason });
             }
             Claim::Acquired(lease) => match process::run(&state.gateway, lease).await {
                 Ok(stored) => return Ok(Answer { stored, replayed: false }),
@@ -84,7 +88,7 @@ async fn submit(state: AppState, op: Operation) -> Result<Answer, ApiError> {
             },
         }
     }
-    Err(ApiError::InFlight { retry_after: Duration::from_secs(1) })
+    Err(ApiError::InFlight { retry_after: Duration::from_secs(1), reason: Busy::InFlight })
 }
 
 /// `GET /v1/payments/{id}`: one of the caller's payments; anyone else's is a 404.

@@ -44,8 +44,31 @@ pub enum Claim {
     Acquired(Lease),
     /// The work is done: replay this response.
     Completed(StoredResponse),
-    /// Another worker holds a live lease. Try again after `retry_after`.
-    InFlight { retry_after: Duration },
+    /// The key may not be taken now. Try again after `retry_after`.
+    InFlight { retry_after: Duration, reason: Busy },
+}
+
+/// Why a key may not be taken now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// Another worker holds a live lease.
+    InFlight,
+    /// Its last attempt ended too recently: the backoff has not passed.
+    Backoff,
+    /// Its budget is spent (attempts or horizon): only the sweeper takes it, to confirm the
+    /// outcome with the gateway.
+    Reconciling,
+}
+
+impl Busy {
+    /// The `reason` member of the 409 problem, and of the `conflict` event.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in_flight",
+            Self::Backoff => "backoff",
+            Self::Reconciling => "reconciling",
+        }
+    }
 }
 
 /// Why a request may not use its key at all.
@@ -74,11 +97,15 @@ struct Row {
     route: String,
     fingerprint: Vec<u8>,
     state: String,
-    recovery_point: String,
     lease_token: i64,
     attempts: i32,
     /// Zero or less once the lease has run out (and for final rows).
     lease_remaining_secs: f64,
+    /// Until the key may be taken again (`idempotency_retry_at`); zero or less: now.
+    retry_in_secs: f64,
+    /// Whether the key's budget is spent (`idempotency_exhausted`).
+    exhausted: bool,
+    age_secs: f64,
     expires_in_secs: f64,
     response_status: Option<i16>,
     response_headers: Option<Value>,
@@ -112,6 +139,7 @@ impl Engine {
                     row.lease_token,
                     RecoveryPoint::Started,
                     row.attempts,
+                    row.age_secs,
                 )));
             }
             if let Some(claim) = self.decide(op, row, owner).await? {
@@ -120,7 +148,7 @@ impl Engine {
             // Our reclaim lost to another worker's; look again at what it made of the key.
         }
         // Retrying this fast against a key that keeps changing hands: tell the client to wait.
-        Ok(Claim::InFlight { retry_after: Duration::from_secs(1) })
+        Ok(Claim::InFlight { retry_after: Duration::from_secs(1), reason: Busy::InFlight })
     }
 
     /// The atomic claim, and on conflict the existing row, in one round trip.
@@ -133,6 +161,7 @@ impl Engine {
     /// statement, with a fresh snapshot, sees the row (or inserts anew).
     async fn claim_or_load(&self, op: &Operation, owner: &str) -> Result<Option<Row>, ClaimError> {
         let settings = self.settings();
+        let budget = self.sql_budget();
         let row = sqlx::query_as!(
             Row,
             r#"
@@ -156,8 +185,13 @@ impl Engine {
             )
             select claimed as "claimed!", id as "id!", method as "method!", route as "route!",
                    fingerprint as "fingerprint!", state as "state!",
-                   recovery_point as "recovery_point!", lease_token as "lease_token!", attempts as "attempts!",
+                   lease_token as "lease_token!", attempts as "attempts!",
                    coalesce(extract(epoch from locked_until - now())::float8, 0) as "lease_remaining_secs!",
+                   coalesce(extract(epoch from
+                       idempotency_retry_at(locked_until, attempts, created_at, $11, $12, $13, $14) - now())::float8, 0)
+                       as "retry_in_secs!",
+                   idempotency_exhausted(attempts, created_at, $11, $12) as "exhausted!",
+                   extract(epoch from now() - created_at)::float8 as "age_secs!",
                    extract(epoch from expires_at - now())::float8 as "expires_in_secs!",
                    response_status, response_headers, response_body
             from found
@@ -172,6 +206,10 @@ impl Engine {
             owner,
             secs(settings.lease),
             secs(settings.key_ttl),
+            budget.max_attempts,
+            budget.horizon,
+            budget.base,
+            budget.cap,
         )
         .fetch_optional(self.pool())
         .await?;
@@ -198,12 +236,28 @@ impl Engine {
                 self.replays().put(op.customer_id, op.key.as_str(), known, expires_in);
                 Ok(Some(Claim::Completed(stored)))
             }
-            "processing" if row.lease_remaining_secs > 0.0 => {
-                let retry_after = retry_after(row.lease_remaining_secs);
-                self.observe(op, row.id, EventKind::Conflict, json!({"retry_after": retry_after.as_secs()}));
-                Ok(Some(Claim::InFlight { retry_after }))
+            "processing" => {
+                // A live lease first: its holder answers (or gives the key back) before anything
+                // else can happen to the key. Then the budget, then the backoff.
+                let (wait, reason) = if row.lease_remaining_secs > 0.0 {
+                    let reason = if row.exhausted { Busy::Reconciling } else { Busy::InFlight };
+                    (row.lease_remaining_secs, reason)
+                } else if row.exhausted {
+                    (row.retry_in_secs, Busy::Reconciling)
+                } else if row.retry_in_secs > 0.0 {
+                    (row.retry_in_secs, Busy::Backoff)
+                } else {
+                    return Ok(self.reclaim(op, row, owner).await?.map(Claim::Acquired));
+                };
+                let retry_after = retry_after(wait);
+                self.observe(
+                    op,
+                    row.id,
+                    EventKind::Conflict,
+                    json!({"retry_after": retry_after.as_secs(), "reason": reason.as_str()}),
+                );
+                Ok(Some(Claim::InFlight { retry_after, reason }))
             }
-            "processing" => Ok(self.reclaim(op, row, owner).await?.map(Claim::Acquired)),
             _ => Err(ClaimError::Corrupt(row.id)),
         }
     }
@@ -229,10 +283,16 @@ impl Engine {
         Ok(())
     }
 
-    /// Takes over a key whose lease ran out: the token grows, so whoever held it before can no
-    /// longer write. Succeeds only if the row is still exactly as we saw it.
+    /// Takes over a key whose lease ran out and whose backoff has passed, within its budget: the
+    /// token grows, so whoever held it before can no longer write. Succeeds only if the row is
+    /// still as we saw it (the same token) and still allowed (the statement checks the budget
+    /// and the backoff again, against the row it updates).
+    ///
+    /// The work resumes from the recovery point of the row this statement *updated*, never from
+    /// the one the claim read: between the two, the old holder (slow, not dead: the fence only
+    /// stops it once the token has grown) may have advanced the key.
     async fn reclaim(&self, op: &Operation, row: Row, owner: &str) -> Result<Option<Lease>, ClaimError> {
-        let recovery_point = RecoveryPoint::parse(&row.recovery_point).ok_or(ClaimError::Corrupt(row.id))?;
+        let budget = self.sql_budget();
         let reclaimed = sqlx::query!(
             r#"
             with reclaimed as (
@@ -243,34 +303,51 @@ impl Engine {
                        attempts = attempts + 1,
                        updated_at = now()
                  where id = $1 and lease_token = $2 and state = 'processing' and locked_until <= now()
-                returning id, customer_id, lease_token, attempts, recovery_point
+                   and not idempotency_exhausted(attempts, created_at, $5, $6)
+                   and idempotency_retry_at(locked_until, attempts, created_at, $5, $6, $7, $8) <= now()
+                returning id, customer_id, lease_token, attempts, recovery_point, created_at
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'reclaimed', lease_token,
-                       jsonb_build_object('owner', $3::text, 'recovery_point', recovery_point)
+                       jsonb_build_object('owner', $3::text, 'recovery_point', recovery_point, 'attempts', attempts)
                 from reclaimed
             )
-            select lease_token, attempts from reclaimed
+            select lease_token, attempts, recovery_point,
+                   extract(epoch from now() - created_at)::float8 as "age_secs!"
+            from reclaimed
             "#,
             row.id,
             row.lease_token,
             owner,
             secs(self.settings().lease),
+            budget.max_attempts,
+            budget.horizon,
+            budget.base,
+            budget.cap,
         )
         .fetch_optional(self.pool())
         .await?;
-        Ok(reclaimed.map(|r| {
-            EventKind::Reclaimed.count(1);
-            tracing::info!(key_id = %row.id, token = r.lease_token, ?recovery_point, "reclaimed an expired lease");
-            self.lease(op, row.id, r.lease_token, recovery_point, r.attempts)
-        }))
+        let Some(r) = reclaimed else { return Ok(None) };
+        let recovery_point = RecoveryPoint::parse(&r.recovery_point).ok_or(ClaimError::Corrupt(row.id))?;
+        EventKind::Reclaimed.count(1);
+        tracing::info!(key_id = %row.id, token = r.lease_token, ?recovery_point, "reclaimed an expired lease");
+        Ok(Some(self.lease(op, row.id, r.lease_token, recovery_point, r.attempts, r.age_secs)))
     }
 
     /// The lease on `op`'s key row. The request is the client's own: its fingerprint matched the
     /// stored one, so it *is* the stored canonical request, and the row's copy need not be read.
-    fn lease(&self, op: &Operation, key_id: Uuid, token: i64, recovery_point: RecoveryPoint, attempts: i32) -> Lease {
+    fn lease(
+        &self,
+        op: &Operation,
+        key_id: Uuid,
+        token: i64,
+        recovery_point: RecoveryPoint,
+        attempts: i32,
+        age_secs: f64,
+    ) -> Lease {
         let (customer_id, client_key, request) = (op.customer_id, op.key.as_str().to_owned(), op.request.clone());
-        Lease::new(self.clone(), key_id, customer_id, client_key, token, recovery_point, request, attempts)
+        let age = Duration::try_from_secs_f64(age_secs).unwrap_or_default();
+        Lease::new(self.clone(), key_id, customer_id, client_key, token, recovery_point, request, attempts, age)
     }
 
     fn observe(&self, op: &Operation, key_id: Uuid, kind: EventKind, detail: Value) {
@@ -279,8 +356,9 @@ impl Engine {
     }
 }
 
-/// The `Retry-After` for a key in flight: the time left on its lease, rounded up to whole seconds
-/// (the header's unit), and at least one second.
-fn retry_after(lease_remaining_secs: f64) -> Duration {
-    Duration::from_secs(lease_remaining_secs.ceil().max(1.0) as u64)
+/// The `Retry-After` for a key that may not be taken now: the time until it may, rounded up to
+/// whole seconds (the header's unit), and at least one second (never "now": the client would
+/// come back before the key is free).
+pub fn retry_after(wait_secs: f64) -> Duration {
+    Duration::from_secs(wait_secs.ceil().max(1.0) as u64)
 }

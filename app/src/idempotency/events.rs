@@ -4,7 +4,8 @@
 //!
 //! * **Transitions** (claimed, reclaimed, payment_created, completed, released, …) change a key's
 //!   state. They are inserted by the very statement that makes the transition, so the log can never
-//!   disagree with the table.
+//!   disagree with the table. What the gateway said (refused, reconciled, webhook) is written the
+//!   same way, with the statement or transaction that acts on it.
 //! * **Observations** (replayed, conflict, mismatch) change nothing. They are the hot path of a
 //!   retry storm, so they go through [`EventLog`], which batches them into one insert every few
 //!   milliseconds instead of one commit per request. An observation can be lost if the process
@@ -32,6 +33,12 @@ pub enum EventKind {
     LeaseLost,
     Failed,
     Expired,
+    /// The gateway refused payonce's own request (its configuration); nothing was stored.
+    Refused,
+    /// payonce asked the gateway what became of a payment (retrieve, replay, search).
+    Reconciled,
+    /// A webhook event about the key's payment arrived.
+    Webhook,
 }
 
 impl EventKind {
@@ -49,6 +56,9 @@ impl EventKind {
             Self::LeaseLost => "lease_lost",
             Self::Failed => "failed",
             Self::Expired => "expired",
+            Self::Refused => "refused",
+            Self::Reconciled => "reconciled",
+            Self::Webhook => "webhook",
         }
     }
 
@@ -98,6 +108,26 @@ impl EventLog {
             tracing::warn!(kind = err.into_inner().kind.as_str(), "event queue full; event dropped");
         }
     }
+}
+
+/// Writes one event now and waits for it: for what must not be lost (what the gateway said about
+/// a payment), outside a statement that could carry it.
+pub async fn write(pool: &PgPool, event: Event) -> sqlx::Result<()> {
+    sqlx::query!(
+        r#"
+        insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+        values ($1, $2, $3, $4, $5)
+        "#,
+        event.key_id,
+        event.customer_id,
+        event.kind.as_str(),
+        event.lease_token,
+        event.detail,
+    )
+    .execute(pool)
+    .await?;
+    event.kind.count(1);
+    Ok(())
 }
 
 async fn write_batches(pool: PgPool, mut rx: mpsc::Receiver<Event>) {

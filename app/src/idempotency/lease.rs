@@ -7,6 +7,7 @@
 //! what makes it safe to presume a slow worker dead: even if it wakes up, it can no longer write.
 
 use std::future::Future;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -64,6 +65,8 @@ pub struct Lease {
     pub request: Value,
     /// How many workers have held this key, this one included.
     pub attempts: i32,
+    /// How old the key was when this lease was taken, by the database's clock.
+    pub age: Duration,
 }
 
 /// The lease was taken over: another worker now owns the key, and this one must stop writing.
@@ -85,13 +88,34 @@ impl Lease {
         recovery_point: RecoveryPoint,
         request: Value,
         attempts: i32,
+        age: Duration,
     ) -> Self {
-        Self { engine, key_id, customer_id, client_key, token, recovery_point, request, attempts }
+        Self { engine, key_id, customer_id, client_key, token, recovery_point, request, attempts, age }
     }
 
     /// The engine this lease belongs to.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Whether the downstream key may still be sent to the gateway: the key is younger than the
+    /// horizon. After it, the work may only look its result up.
+    pub fn within_horizon(&self) -> bool {
+        self.age < self.engine.settings().horizon.downstream_key_ttl
+    }
+
+    /// Whether the key's budget is spent: more holders than `max_attempts`, or past the horizon.
+    /// Only the sweeper holds such a key, to reconcile it with the gateway.
+    pub fn exhausted(&self) -> bool {
+        self.attempts > self.engine.settings().budget.max_attempts || !self.within_horizon()
+    }
+
+    /// Whether a search that finds nothing can be believed: the last create call could have been
+    /// sent no later than the horizon, and the gateway's search index has had the settle delay
+    /// since then to catch up.
+    pub fn search_settled(&self) -> bool {
+        let horizon = self.engine.settings().horizon;
+        self.age >= horizon.downstream_key_ttl + horizon.search_settle
     }
 
     /// Runs `work` (the gateway call) while a heartbeat extends the lease every third of its
@@ -139,31 +163,50 @@ impl Lease {
     }
 
     /// Gives the lease up without finishing, so that the next retry (or the sweeper) can resume
-    /// at once instead of waiting for the lease to run out. `false` if it was no longer ours.
-    pub async fn release(&self, reason: &str) -> sqlx::Result<bool> {
+    /// as soon as the key's backoff allows instead of waiting for the lease to run out. With
+    /// `refused`, a `refused` event records the gateway's refusal (payonce's own configuration)
+    /// in the same statement. Returns how long until the key may be tried again, or `None` if it
+    /// was no longer ours.
+    pub async fn release(&self, reason: &str, refused: Option<Value>) -> sqlx::Result<Option<Duration>> {
+        let budget = self.engine.sql_budget();
         let released = sqlx::query_scalar!(
             r#"
             with released as (
                 update idempotency_keys
                    set locked_until = now(), lease_owner = null, updated_at = now()
                  where id = $1 and lease_token = $2 and state = 'processing'
-                returning id, customer_id, lease_token, recovery_point
+                returning id, customer_id, lease_token, recovery_point, attempts, created_at, locked_until
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'released', lease_token,
                        jsonb_build_object('reason', $3::text, 'recovery_point', recovery_point)
                 from released
+                union all
+                select id, customer_id, 'refused', lease_token, $4::jsonb
+                from released where $4::jsonb is not null
             )
-            select count(*) as "released!" from released
+            select extract(epoch from idempotency_retry_at(locked_until, attempts, created_at, $5, $6, $7, $8) - now())::float8
+                   as "retry_in!"
+            from released
             "#,
             self.key_id,
             self.token,
             reason,
+            refused.clone(),
+            budget.max_attempts,
+            budget.horizon,
+            budget.base,
+            budget.cap,
         )
-        .fetch_one(self.engine.pool())
+        .fetch_optional(self.engine.pool())
         .await?;
-        EventKind::Released.count(released as u64);
-        Ok(released == 1)
+        if released.is_some() {
+            EventKind::Released.count(1);
+            if refused.is_some() {
+                EventKind::Refused.count(1);
+            }
+        }
+        Ok(released.map(|secs| Duration::try_from_secs_f64(secs).unwrap_or_default()))
     }
 
     /// Records that this worker found its lease superseded, and returns the error to stop with.

@@ -9,7 +9,8 @@
 //! 2. On conflict the existing row is loaded and checked in a fixed order: **scope** (the same
 //!    method and route), then **fingerprint** (the same payload), then **state**: a final row is
 //!    replayed, a live lease means "in flight" (409), an expired lease is *reclaimed* with a new
-//!    fencing token and the work resumes where it stopped.
+//!    fencing token and the work resumes where it stopped, once its backoff has passed and within
+//!    its budget ([`budget`]); otherwise the client is told when to come back (409).
 //! 3. The holder drives the work through its recovery points ([`crate::payments::process`]).
 //!    Every write it makes is fenced by the lease token ([`lease`]); the lease is extended by a
 //!    heartbeat while the gateway call runs; the final response is stored in the same statement
@@ -18,6 +19,7 @@
 //! No database transaction or row lock is ever held while waiting on anything outside the
 //! database: the lease is a row *value* (`locked_until`, `lease_token`), not a lock.
 
+pub mod budget;
 pub mod claim;
 pub mod events;
 pub mod fingerprint;
@@ -33,12 +35,12 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-pub use claim::{Claim, ClaimError, Operation};
+pub use budget::{Backoff, Budget, Horizon};
+pub use claim::{Busy, Claim, ClaimError, Operation};
 pub use events::{Event, EventKind, EventLog};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use lease::{Lease, LeaseLost, RecoveryPoint};
-pub use recovery::Backoff;
 pub use response::StoredResponse;
 
 /// Timing policy of the engine.
@@ -49,11 +51,20 @@ pub struct EngineSettings {
     pub lease: Duration,
     /// How long a final key is kept (and replayed) after it was created.
     pub key_ttl: Duration,
+    /// How often a key may be tried, by anyone ([`budget`]).
+    pub budget: Budget,
+    /// How long the gateway remembers a downstream key.
+    pub horizon: Horizon,
 }
 
 impl Default for EngineSettings {
     fn default() -> Self {
-        Self { lease: Duration::from_secs(60), key_ttl: Duration::from_secs(24 * 60 * 60) }
+        Self {
+            lease: Duration::from_secs(60),
+            key_ttl: Duration::from_secs(24 * 60 * 60),
+            budget: Budget::default(),
+            horizon: Horizon::default(),
+        }
     }
 }
 
@@ -90,6 +101,11 @@ impl Engine {
     /// The timing policy.
     pub fn settings(&self) -> EngineSettings {
         self.inner.settings
+    }
+
+    /// The budget, as the SQL functions take it.
+    pub(crate) fn sql_budget(&self) -> budget::SqlBudget {
+        budget::SqlBudget::new(&self.inner.settings.budget, &self.inner.settings.horizon)
     }
 
     /// The observation event log.

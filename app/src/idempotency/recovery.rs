@@ -14,16 +14,6 @@ use uuid::Uuid;
 use super::lease::{Lease, RecoveryPoint};
 use super::{Engine, EventKind, secs};
 
-/// When an abandoned key may be retried again: at once after its first holder (who crashed or
-/// gave the key back), then `base`, `2·base`, `4·base`, … up to `cap` after the lease ended.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    /// Delay before the second retry; doubled for each further one.
-    pub base: Duration,
-    /// The longest delay between two retries.
-    pub cap: Duration,
-}
-
 struct Abandoned {
     id: Uuid,
     customer_id: Uuid,
@@ -32,13 +22,16 @@ struct Abandoned {
     recovery_point: String,
     request: Value,
     attempts: i32,
+    age_secs: f64,
 }
 
 impl Engine {
-    /// Takes over up to `limit` keys whose lease ran out without a final answer (and whose backoff
-    /// has passed), with a new token each, for `owner`. The caller must drive each to completion
-    /// or give it up.
-    pub async fn reclaim_abandoned(&self, owner: &str, limit: i64, backoff: Backoff) -> sqlx::Result<Vec<Lease>> {
+    /// Takes over up to `limit` keys whose lease ran out without a final answer, with a new
+    /// token each, for `owner`: those whose backoff has passed, and those whose budget is spent
+    /// once every `cap` (`idempotency_retry_at`). The caller must drive each to completion (or,
+    /// for a spent key, reconcile it: [`Lease::exhausted`]) or give it back.
+    pub async fn reclaim_abandoned(&self, owner: &str, limit: i64) -> sqlx::Result<Vec<Lease>> {
+        let budget = self.sql_budget();
         let rows = sqlx::query_as!(
             Abandoned,
             r#"
@@ -47,10 +40,7 @@ impl Engine {
                 from idempotency_keys
                 where state = 'processing'
                   and locked_until <= now()
-                  and locked_until <= now() - case
-                          when attempts <= 1 then interval '0'
-                          else least($4::float8, $3::float8 * 2 ^ (attempts - 2)) * interval '1 second'
-                      end
+                  and idempotency_retry_at(locked_until, attempts, created_at, $3, $4, $5, $6) <= now()
                 order by locked_until
                 limit $2
                 for update skip locked
@@ -58,24 +48,29 @@ impl Engine {
                 update idempotency_keys k
                    set lease_token = k.lease_token + 1,
                        lease_owner = $1,
-                       locked_until = now() + $5 * interval '1 second',
+                       locked_until = now() + $7 * interval '1 second',
                        attempts = k.attempts + 1,
                        updated_at = now()
                   from abandoned
                  where k.id = abandoned.id
-                returning k.id, k.customer_id, k.key, k.lease_token, k.recovery_point, k.request, k.attempts
+                returning k.id, k.customer_id, k.key, k.lease_token, k.recovery_point, k.request, k.attempts,
+                          k.created_at
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'reclaimed', lease_token,
                        jsonb_build_object('owner', $1::text, 'recovery_point', recovery_point, 'attempts', attempts)
                 from reclaimed
             )
-            select id, customer_id, key, lease_token, recovery_point, request, attempts from reclaimed
+            select id, customer_id, key, lease_token, recovery_point, request, attempts,
+                   extract(epoch from now() - created_at)::float8 as "age_secs!"
+            from reclaimed
             "#,
             owner,
             limit,
-            secs(backoff.base),
-            secs(backoff.cap),
+            budget.max_attempts,
+            budget.horizon,
+            budget.base,
+            budget.cap,
             secs(self.settings().lease),
         )
         .fetch_all(self.pool())
@@ -96,6 +91,7 @@ impl Engine {
                 recovery_point,
                 row.request,
                 row.attempts,
+                Duration::try_from_secs_f64(row.age_secs).unwrap_or_default(),
             ));
         }
         Ok(leases)

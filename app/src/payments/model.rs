@@ -6,7 +6,7 @@ use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
 use crate::customers::CustomerId;
-use crate::gateway::ChargeOutcome;
+use crate::gateway::{Outcome, PendingStatus};
 use crate::payments::NewPayment;
 
 /// A payment's public id: `pay_` and the hex of its uuid v7.
@@ -29,13 +29,19 @@ impl std::fmt::Display for PaymentId {
     }
 }
 
-/// Where a payment is in its life.
+/// Where a payment is in its life. Statuses only move forward, in this order (the database
+/// refuses anything else, `payment_status_rank`): `pending` < `requires_action` < `processing` <
+/// `succeeded` = `failed`, the last two terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PaymentStatus {
-    /// Created locally; the gateway has not given a final answer yet.
+    /// Created locally; the gateway has not answered yet.
     Pending,
+    /// The PaymentIntent waits for the customer to authenticate (3-D Secure).
+    RequiresAction,
+    /// The PaymentIntent is settling (a bank debit): money may still move, either way.
+    Processing,
     Succeeded,
-    /// Declined by the card issuer or refused by the gateway.
+    /// Declined (by the issuer or the gateway), or confirmed never charged.
     Failed,
 }
 
@@ -43,6 +49,8 @@ impl PaymentStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
+            Self::RequiresAction => "requires_action",
+            Self::Processing => "processing",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
         }
@@ -51,9 +59,25 @@ impl PaymentStatus {
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "pending" => Some(Self::Pending),
+            "requires_action" => Some(Self::RequiresAction),
+            "processing" => Some(Self::Processing),
             "succeeded" => Some(Self::Succeeded),
             "failed" => Some(Self::Failed),
             _ => None,
+        }
+    }
+
+    /// Whether the payment can still change (by webhook or reconciliation).
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed)
+    }
+}
+
+impl From<PendingStatus> for PaymentStatus {
+    fn from(status: PendingStatus) -> Self {
+        match status {
+            PendingStatus::RequiresAction => Self::RequiresAction,
+            PendingStatus::Processing => Self::Processing,
         }
     }
 }
@@ -64,6 +88,46 @@ pub struct Failure {
     pub code: String,
     pub decline_code: Option<String>,
     pub message: String,
+}
+
+/// What an answer that tells (succeeded, declined, pending) says a payment is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    pub status: PaymentStatus,
+    pub payment_intent: Option<String>,
+    pub failure: Option<Failure>,
+    pub next_action: Option<Value>,
+}
+
+impl Answered {
+    /// `None` for refused and unknown answers, which say nothing about the payment.
+    pub fn of(outcome: &Outcome) -> Option<Self> {
+        Some(match outcome {
+            Outcome::Succeeded { payment_intent } => Self {
+                status: PaymentStatus::Succeeded,
+                payment_intent: Some(payment_intent.clone()),
+                failure: None,
+                next_action: None,
+            },
+            Outcome::Pending { payment_intent, status, next_action } => Self {
+                status: (*status).into(),
+                payment_intent: Some(payment_intent.clone()),
+                failure: None,
+                next_action: next_action.clone(),
+            },
+            Outcome::Declined(decline) => Self {
+                status: PaymentStatus::Failed,
+                payment_intent: decline.payment_intent.clone(),
+                failure: Some(Failure {
+                    code: decline.code.clone(),
+                    decline_code: decline.decline_code.clone(),
+                    message: decline.message.clone(),
+                }),
+                next_action: None,
+            },
+            Outcome::Refused(_) | Outcome::Unknown(_) => return None,
+        })
+    }
 }
 
 /// One row of `payments`.
@@ -79,6 +143,8 @@ pub struct Payment {
     pub status: PaymentStatus,
     pub payment_intent: Option<String>,
     pub failure: Option<Failure>,
+    /// Stripe's `next_action` while the payment is `requires_action`.
+    pub next_action: Option<Value>,
     pub created_at: OffsetDateTime,
 }
 
@@ -102,29 +168,19 @@ impl Payment {
             status: PaymentStatus::Pending,
             payment_intent: None,
             failure: None,
+            next_action: None,
             created_at,
         }
     }
 
-    /// Records the gateway's final answer on the payment.
-    pub fn apply(&mut self, outcome: &ChargeOutcome) {
-        match outcome {
-            ChargeOutcome::Succeeded { payment_intent } => {
-                self.status = PaymentStatus::Succeeded;
-                self.payment_intent = Some(payment_intent.clone());
-                self.failure = None;
-            }
-            ChargeOutcome::Declined { payment_intent, code, decline_code, message } => {
-                self.status = PaymentStatus::Failed;
-                self.payment_intent = payment_intent.clone();
-                self.failure =
-                    Some(Failure { code: code.clone(), decline_code: decline_code.clone(), message: message.clone() });
-            }
-            ChargeOutcome::Rejected { payment_intent, code, message } => {
-                self.status = PaymentStatus::Failed;
-                self.payment_intent = payment_intent.clone();
-                self.failure = Some(Failure { code: code.clone(), decline_code: None, message: message.clone() });
-            }
+    /// Records what the gateway answered (a final or pending outcome) on the payment. Refused
+    /// and unknown answers say nothing about the payment and change nothing.
+    pub fn apply(&mut self, outcome: &Outcome) {
+        if let Some(answered) = Answered::of(outcome) {
+            self.status = answered.status;
+            self.payment_intent = answered.payment_intent.or(self.payment_intent.take());
+            self.failure = answered.failure;
+            self.next_action = answered.next_action;
         }
     }
 
@@ -133,7 +189,7 @@ impl Payment {
         format!("/v1/payments/{}", self.id)
     }
 
-    /// The API representation (`GET /v1/payments/{id}`, and the body of a 201).
+    /// The API representation (`GET /v1/payments/{id}`, and the body of a 201 or 202).
     pub fn to_json(&self) -> Value {
         json!({
             "id": self.id.to_string(),
@@ -146,6 +202,7 @@ impl Payment {
             "metadata": self.metadata,
             "status": self.status.as_str(),
             "payment_intent": self.payment_intent,
+            "next_action": self.next_action,
             "failure": self.failure.as_ref().map(|f| json!({
                 "code": f.code,
                 "decline_code": f.decline_code,

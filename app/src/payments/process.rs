@@ -16,23 +16,26 @@
 //! continues from there. Between (2) and (3) a crash forgets the gateway's answer, which is why
 //! step 2 is itself idempotent: the same downstream key returns the same PaymentIntent.
 //!
-//! The outcome policy (docs/lifecycle.md): success, a decline and a gateway refusal are final and
-//! stored; a timeout, a transport error or a gateway 5xx/429/409 is *unknown* and is never stored:
-//! the lease is released and the key stays at `payment_created` for the next attempt.
+//! What each gateway [`Outcome`] does (docs/lifecycle.md, "Outcomes"): succeeded (201), declined
+//! (402) and pending (202, the payment `processing` or `requires_action`) are stored as the key's
+//! answer; refused (payonce's own configuration) and unknown are never stored: the lease is
+//! released and the key stays at `payment_created` for the next attempt, within its budget. A
+//! key whose budget is spent is not charged again but reconciled ([`super::reconcile`]).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::model::{Payment, PaymentId};
+use super::model::{Payment, PaymentId, PaymentStatus};
 use super::request::NewPayment;
-use super::store;
+use super::{reconcile, store};
 use crate::customers::CustomerId;
 use crate::failpoint;
-use crate::gateway::{self, Charge, ChargeOutcome, Gateway, GatewayError};
+use crate::gateway::{self, Charge, Decline, DeclinedBy, Gateway, GatewayError, Outcome, Refusal};
 use crate::http::problem::{self, Problem};
 use crate::idempotency::{EventKind, Lease, LeaseLost, RecoveryPoint, StoredResponse};
 
@@ -42,9 +45,18 @@ pub enum ProcessError {
     /// Another worker took the key over; it will finish the work.
     #[error(transparent)]
     LeaseLost(#[from] LeaseLost),
-    /// The gateway gave no final answer. The lease was released so a retry can resume at once.
-    #[error(transparent)]
-    Gateway(GatewayError),
+    /// The gateway gave no answer that tells. The lease was released; the key may be tried
+    /// again after `retry_after`.
+    #[error("{error}")]
+    Gateway { error: GatewayError, retry_after: Duration },
+    /// The gateway refused payonce's own request (its configuration). Nothing was stored; the
+    /// lease was released; the key may be tried again after `retry_after`.
+    #[error("the gateway refused payonce's request ({}): {}", .refusal.reason.as_str(), .refusal.message)]
+    Refused { refusal: Refusal, retry_after: Duration },
+    /// A search found no PaymentIntent, too soon after the last create call to believe it. The
+    /// lease was released; the sweeper asks again after `retry_after`.
+    #[error("the gateway found no charge yet; too early to believe it")]
+    Unconfirmed { retry_after: Duration },
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     /// The stored state cannot be continued by this code.
@@ -52,11 +64,16 @@ pub enum ProcessError {
     Corrupt { key_id: Uuid, reason: String },
 }
 
-/// Drives a claimed key from its recovery point to a final, stored response.
+/// Drives a claimed key from its recovery point to a stored response. A key whose budget is
+/// spent (only the sweeper holds one) is reconciled instead of charged.
 pub async fn run(gateway: &Gateway, lease: Lease) -> Result<StoredResponse, ProcessError> {
     let request = NewPayment::deserialize(&lease.request)
         .map_err(|err| corrupt(&lease, format!("stored request unreadable: {err}")))?;
-    let mut payment = match lease.recovery_point {
+    let payment = match lease.recovery_point {
+        RecoveryPoint::Started if !lease.within_horizon() => {
+            // The payment row never existed, so no create call was ever sent: nothing charged.
+            return not_charged(&lease, None, "payonce never sent this payment to the gateway").await;
+        }
         RecoveryPoint::Started => {
             failpoint::hit("after_claim").await;
             let payment = create_payment(&lease, &request).await?;
@@ -71,19 +88,74 @@ pub async fn run(gateway: &Gateway, lease: Lease) -> Result<StoredResponse, Proc
             return Err(corrupt(&lease, "asked to resume a finished key".into()));
         }
     };
-    let outcome = charge(gateway, &lease, &payment).await?;
+    if lease.exhausted() {
+        return reconcile::key(gateway, lease, payment).await;
+    }
+    let outcome = lease.hold(gateway.charge(charge_for(&payment, &lease))).await?;
     failpoint::hit("after_charge").await;
-    payment.apply(&outcome);
-    let response = final_response(&payment, &outcome);
-    finish(&lease, &payment, &response).await?;
-    tracing::info!(
-        key_id = %lease.key_id,
-        payment = %payment.id,
-        status = payment.status.as_str(),
-        attempts = lease.attempts,
-        "payment completed"
-    );
-    Ok(response)
+    conclude(&lease, payment, outcome).await
+}
+
+/// Acts on the gateway's answer about a key's payment: stores a final or pending answer, or
+/// gives the key back after a refused or unknown one.
+pub(super) async fn conclude(
+    lease: &Lease,
+    mut payment: Payment,
+    outcome: Outcome,
+) -> Result<StoredResponse, ProcessError> {
+    match outcome {
+        Outcome::Succeeded { .. } | Outcome::Declined(_) | Outcome::Pending { .. } => {
+            payment.apply(&outcome);
+            let decline = match &outcome {
+                Outcome::Declined(decline) => Some(decline),
+                _ => None,
+            };
+            let response = final_response(&payment, decline);
+            finish(lease, &payment, &response).await?;
+            tracing::info!(
+                key_id = %lease.key_id,
+                payment = %payment.id,
+                status = payment.status.as_str(),
+                attempts = lease.attempts,
+                "payment answered"
+            );
+            Ok(response)
+        }
+        Outcome::Refused(refusal) => {
+            let retry_after = release(lease, refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
+            Err(ProcessError::Refused { refusal, retry_after })
+        }
+        Outcome::Unknown(error) => {
+            tracing::warn!(key_id = %lease.key_id, %error, "no answer that tells from the gateway; releasing the key");
+            let retry_after = release(lease, &error.to_string(), None).await?;
+            Err(ProcessError::Gateway { error, retry_after })
+        }
+    }
+}
+
+/// Gives the key back so the next attempt can start as soon as its backoff allows. Returns how
+/// long that is; a key no longer ours was taken over, which the caller reports as such.
+pub(super) async fn release(lease: &Lease, reason: &str, refused: Option<Value>) -> Result<Duration, ProcessError> {
+    match lease.release(reason, refused).await {
+        Ok(Some(retry_after)) => Ok(retry_after),
+        Ok(None) => Err(lease.lost().into()),
+        Err(err) => {
+            // The lease will simply run out; the next attempt waits for that.
+            tracing::warn!(key_id = %lease.key_id, error = %err, "could not release the key");
+            Ok(lease.engine().settings().lease)
+        }
+    }
+}
+
+/// What a `refused` event records: what the gateway said, for the operators' banner.
+pub(super) fn refusal_detail(refusal: &Refusal) -> Value {
+    json!({
+        "reason": refusal.reason.as_str(),
+        "status": refusal.status,
+        "type": refusal.kind,
+        "code": refusal.code,
+        "message": refusal.message,
+    })
 }
 
 /// Recovery point 1: the pending payment exists.
@@ -99,8 +171,8 @@ async fn create_payment(lease: &Lease, request: &NewPayment) -> Result<Payment, 
             returning id, customer_id, lease_token
         ), payment as (
             insert into payments
-                (id, customer_id, idempotency_key_id, amount, currency, payment_method, description, metadata)
-            select $3, customer_id, id, $4, $5, $6, $7, $8
+                (id, customer_id, idempotency_key_id, key_id, amount, currency, payment_method, description, metadata)
+            select $3, customer_id, id, id, $4, $5, $6, $7, $8
             from advanced
             returning created_at
         ), event as (
@@ -127,31 +199,21 @@ async fn create_payment(lease: &Lease, request: &NewPayment) -> Result<Payment, 
     Ok(Payment::pending(id, lease.customer_id, request, metadata, created_at))
 }
 
-/// Step 2: the gateway call, under the lease's heartbeat.
-async fn charge(gateway: &Gateway, lease: &Lease, payment: &Payment) -> Result<ChargeOutcome, ProcessError> {
-    let charge = charge_for(payment, &lease.client_key, gateway::downstream_key(lease.key_id));
-    match lease.hold(gateway.charge(charge)).await? {
-        Ok(outcome) => Ok(outcome),
-        Err(err) => {
-            tracing::warn!(key_id = %lease.key_id, error = %err, "no final answer from the gateway; releasing the key");
-            if let Err(release_err) = lease.release(&err.to_string()).await {
-                // The lease will simply run out; the next attempt waits for that.
-                tracing::warn!(key_id = %lease.key_id, error = %release_err, "could not release the key");
-            }
-            Err(ProcessError::Gateway(err))
-        }
-    }
+/// The gateway request for a key's payment, with its downstream key.
+pub(super) fn charge_for<'a>(payment: &'a Payment, lease: &Lease) -> Charge<'a> {
+    charge_with_key(payment, &lease.client_key, gateway::downstream_key(lease.key_id))
 }
 
 /// The gateway request for a payment: its own fields, the client's metadata, and the audit trail
 /// on the PaymentIntent (which payment, for whom, under which client key). The load tests group
-/// the gateway's ledger by these to prove nothing was charged twice.
-fn charge_for<'a>(payment: &'a Payment, client_key: &str, downstream_key: String) -> Charge<'a> {
+/// the gateway's ledger by these to prove nothing was charged twice; reconciliation searches by
+/// `payonce_payment`.
+fn charge_with_key<'a>(payment: &'a Payment, client_key: &str, downstream_key: String) -> Charge<'a> {
     let mut metadata: HashMap<String, String> = match &payment.metadata {
         Value::Object(map) => map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect(),
         _ => HashMap::new(),
     };
-    metadata.insert("payonce_payment".into(), payment.id.to_string());
+    metadata.insert(gateway::PAYMENT_METADATA.into(), payment.id.to_string());
     metadata.insert("payonce_customer".into(), CustomerId(payment.customer_id).to_string());
     metadata.insert("payonce_idempotency_key".into(), client_key.to_owned());
     Charge {
@@ -164,9 +226,14 @@ fn charge_for<'a>(payment: &'a Payment, client_key: &str, downstream_key: String
     }
 }
 
-/// Recovery point 3: the payment's outcome and the final response, committed together.
+/// Recovery point 3: the payment's outcome and the response, committed together.
+///
+/// The payment moves forward only (a webhook may already have moved it further: its status then
+/// stays, and the key still stores the answer the gateway gave to this call, as Stripe replays
+/// it). A pending payment is scheduled for reconciliation.
 async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> Result<(), ProcessError> {
     let failure = payment.failure.as_ref();
+    let budget = lease.engine().settings().budget;
     let finished = sqlx::query_scalar!(
         r#"
         with finished as (
@@ -178,10 +245,14 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
             returning id, customer_id, lease_token
         ), payment as (
             update payments p
-               set status = $6, gateway_payment_intent_id = $7,
-                   failure_code = $8, decline_code = $9, failure_message = $10, updated_at = now()
+               set status = $6, gateway_payment_intent_id = coalesce($7, p.gateway_payment_intent_id),
+                   failure_code = $8, decline_code = $9, failure_message = $10, next_action = $11,
+                   reconcile_at = case when $6 in ('requires_action', 'processing')
+                                       then coalesce(p.reconcile_at, now() + payonce_backoff(1, $12, $13))
+                                  end,
+                   updated_at = now()
               from finished
-             where p.idempotency_key_id = finished.id
+             where p.key_id = finished.id and payment_status_rank($6) > payment_status_rank(p.status)
         ), event as (
             insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
             select id, customer_id, 'completed', lease_token,
@@ -200,6 +271,9 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
         failure.map(|f| f.code.as_str()),
         failure.and_then(|f| f.decline_code.as_deref()),
         failure.map(|f| f.message.as_str()),
+        payment.next_action,
+        budget.backoff.base.as_secs_f64(),
+        budget.pending_cap.as_secs_f64(),
     )
     .fetch_one(lease.engine().pool())
     .await?;
@@ -211,29 +285,31 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
     }
 }
 
-/// Gives a key up for good, when its holders never got a final answer from the gateway: the
-/// payment (if any) is marked failed, the key `failed` with a stored 502 that every retry gets.
-/// Whether the gateway charged stays unknown; `docs/operations.md` says how an operator settles it.
-pub async fn give_up(lease: &Lease, reason: &str) -> Result<StoredResponse, ProcessError> {
-    let payment = store::find_by_key(lease.engine().pool(), lease.key_id).await?;
-    let attempts = lease.attempts - 1;
+/// Gives a key up for good once the gateway has confirmed there is no charge for it (or it never
+/// reached the gateway): the payment (if any) is marked failed, the key `failed` with a stored 502
+/// that every retry gets. Nothing was charged, and nothing ever will be under this key.
+pub(super) async fn not_charged(
+    lease: &Lease,
+    payment: Option<&Payment>,
+    why: &str,
+) -> Result<StoredResponse, ProcessError> {
     let mut problem = Problem::new(
         StatusCode::BAD_GATEWAY,
         "payment-abandoned",
         "Payment abandoned",
         format!(
-            "payonce got no final answer from the payment gateway after {attempts} attempts ({reason}) and stopped \
-             trying. The payment is marked failed; if the gateway did charge, an operator reconciles it. Check the \
-             payment before paying again with a new Idempotency-Key."
+            "payonce could not complete this payment and stopped trying: {why}, and the gateway confirmed that no charge \
+             was made for it. Nothing was charged, and nothing will be under this Idempotency-Key. To pay, send the \
+             payment again with a new Idempotency-Key."
         ),
     );
-    if let Some(payment) = &payment {
+    if let Some(payment) = payment {
         problem = problem.with("payment", payment.id.to_string());
     }
     let response = StoredResponse::new(
         StatusCode::BAD_GATEWAY,
         problem::CONTENT_TYPE,
-        payment.as_ref().map(Payment::location),
+        payment.map(Payment::location),
         problem.to_json(),
     );
     let failed = sqlx::query_scalar!(
@@ -247,9 +323,9 @@ pub async fn give_up(lease: &Lease, reason: &str) -> Result<StoredResponse, Proc
             returning id, customer_id, lease_token, recovery_point
         ), payment as (
             update payments p
-               set status = 'failed', failure_code = 'abandoned', failure_message = $6, updated_at = now()
+               set status = 'failed', failure_code = 'not_charged', failure_message = $6, updated_at = now()
               from failed
-             where p.idempotency_key_id = failed.id and p.status = 'pending'
+             where p.key_id = failed.id and p.status = 'pending'
         ), event as (
             insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
             select id, customer_id, 'failed', lease_token,
@@ -263,50 +339,53 @@ pub async fn give_up(lease: &Lease, reason: &str) -> Result<StoredResponse, Proc
         response.status.as_u16() as i16,
         response.headers_json(),
         response.body.as_ref(),
-        reason,
+        why,
     )
     .fetch_one(lease.engine().pool())
     .await?;
     if failed == 1 {
         EventKind::Failed.count(1);
-        tracing::error!(key_id = %lease.key_id, attempts, reason, "gave up on a key; an operator should reconcile it");
+        tracing::warn!(key_id = %lease.key_id, attempts = lease.attempts, why, "gave a key up: the gateway confirmed no charge");
         Ok(response)
     } else {
         Err(lease.lost().into())
     }
 }
 
-/// The response every retry of this key will get from now on.
-fn final_response(payment: &Payment, outcome: &ChargeOutcome) -> StoredResponse {
-    let (slug, title, detail, code, decline_code) = match outcome {
-        ChargeOutcome::Succeeded { .. } => {
-            let body = serde_json::to_vec(&payment.to_json()).expect("a payment always serialises");
-            return StoredResponse::new(StatusCode::CREATED, "application/json", Some(payment.location()), body);
-        }
-        ChargeOutcome::Declined { code, decline_code, message, .. } => (
+/// The response every retry of this key will get from now on: the payment (201 once it
+/// succeeded, 202 while it is pending), or the 402 problem of its decline.
+fn final_response(payment: &Payment, decline: Option<&Decline>) -> StoredResponse {
+    let Some(decline) = decline else {
+        let status =
+            if payment.status == PaymentStatus::Succeeded { StatusCode::CREATED } else { StatusCode::ACCEPTED };
+        let body = serde_json::to_vec(&payment.to_json()).expect("a payment always serialises");
+        return StoredResponse::new(status, "application/json", Some(payment.location()), body);
+    };
+    let (slug, title, detail) = match decline.by {
+        DeclinedBy::Issuer => (
             "card-declined",
             "Card declined",
             format!(
-                "The card was declined: {message} Ask the customer for another payment method; this key will keep returning this answer."
+                "The card was declined: {} Ask the customer for another payment method; this key will keep returning this \
+                 answer.",
+                decline.message
             ),
-            code,
-            decline_code.as_deref(),
         ),
-        ChargeOutcome::Rejected { code, message, .. } => (
+        DeclinedBy::Gateway => (
             "payment-rejected",
             "Payment rejected by the gateway",
             format!(
-                "The gateway refused the payment: {message} Correct the request and send it with a new Idempotency-Key."
+                "The gateway refused the payment method: {} Ask the customer for another payment method and pay with a new \
+                 Idempotency-Key; this key will keep returning this answer.",
+                decline.message
             ),
-            code,
-            None,
         ),
     };
     let problem = Problem::new(StatusCode::PAYMENT_REQUIRED, slug, title, detail)
         .with("payment", payment.id.to_string())
         .with("payment_intent", payment.payment_intent.clone())
-        .with("code", code.as_str())
-        .with("decline_code", decline_code);
+        .with("code", decline.code.as_str())
+        .with("decline_code", decline.decline_code.clone());
     StoredResponse::new(
         StatusCode::PAYMENT_REQUIRED,
         problem::CONTENT_TYPE,
@@ -347,9 +426,20 @@ pub async fn run_unprotected(
     .fetch_one(pool)
     .await?;
     let mut payment = Payment::pending(id, customer_id, request, metadata, created_at);
-    let charge = charge_for(&payment, "", format!("payonce-bench-{}", Uuid::new_v4().simple()));
-    let outcome = gateway.charge(charge).await.map_err(ProcessError::Gateway)?;
-    payment.apply(&outcome);
+    let charge = charge_with_key(&payment, "", format!("payonce-bench-{}", Uuid::new_v4().simple()));
+    let decline = match gateway.charge(charge).await {
+        Outcome::Refused(refusal) => {
+            return Err(ProcessError::Refused { refusal, retry_after: Duration::from_secs(1) });
+        }
+        Outcome::Unknown(error) => return Err(ProcessError::Gateway { error, retry_after: Duration::from_secs(1) }),
+        outcome => {
+            payment.apply(&outcome);
+            match outcome {
+                Outcome::Declined(decline) => Some(decline),
+                _ => None,
+            }
+        }
+    };
     let failure = payment.failure.as_ref();
     sqlx::query!(
         r#"
@@ -367,5 +457,5 @@ pub async fn run_unprotected(
     )
     .execute(pool)
     .await?;
-    Ok(final_response(&payment, &outcome))
+    Ok(final_response(&payment, decline.as_ref()))
 }

@@ -1,10 +1,14 @@
-//! Reading payments back.
+//! Reading payments back, and moving them forward with what the gateway says after their key
+//! answered (a webhook, a reconciliation).
 
-use sqlx::PgPool;
+use serde_json::Value;
+use sqlx::{PgConnection, PgPool};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::model::{Failure, Payment, PaymentId, PaymentStatus};
+use super::model::{Answered, Failure, Payment, PaymentId, PaymentStatus};
+use crate::gateway::Outcome;
+use crate::idempotency::{Budget, EventKind};
 
 /// A `payments` row as selected below.
 struct Row {
@@ -20,6 +24,7 @@ struct Row {
     failure_code: Option<String>,
     decline_code: Option<String>,
     failure_message: Option<String>,
+    next_action: Option<serde_json::Value>,
     created_at: OffsetDateTime,
 }
 
@@ -44,20 +49,22 @@ impl TryFrom<Row> for Payment {
                 decline_code: row.decline_code,
                 message: row.failure_message.unwrap_or_default(),
             }),
+            next_action: row.next_action,
             created_at: row.created_at,
         })
     }
 }
 
-/// The payment created under an idempotency key (for resuming the key's work).
+/// The payment created under an idempotency key (for resuming the key's work, and for the
+/// dashboard: found by the key's id even after the key was reaped).
 pub async fn find_by_key(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Payment>> {
     sqlx::query_as!(
         Row,
         r#"
         select id, customer_id, amount, currency, payment_method, description, metadata, status,
-               gateway_payment_intent_id, failure_code, decline_code, failure_message, created_at
+               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
         from payments
-        where idempotency_key_id = $1
+        where key_id = $1
         "#,
         key_id,
     )
@@ -73,7 +80,7 @@ pub async fn find(pool: &PgPool, customer_id: Uuid, id: PaymentId) -> sqlx::Resu
         Row,
         r#"
         select id, customer_id, amount, currency, payment_method, description, metadata, status,
-               gateway_payment_intent_id, failure_code, decline_code, failure_message, created_at
+               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
         from payments
         where id = $1 and customer_id = $2
         "#,
@@ -99,7 +106,7 @@ pub async fn list(
         Row,
         r#"
         select id, customer_id, amount, currency, payment_method, description, metadata, status,
-               gateway_payment_intent_id, failure_code, decline_code, failure_message, created_at
+               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
         from payments
         where customer_id = $1 and ($2::uuid is null or id < $2)
         order by id desc
@@ -115,4 +122,79 @@ pub async fn list(
     rows.truncate(limit as usize);
     let payments = rows.into_iter().map(Payment::try_from).collect::<sqlx::Result<_>>()?;
     Ok((payments, has_more))
+}
+
+/// What [`advance`] did to a payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advanced {
+    /// Its status before.
+    pub from: PaymentStatus,
+    /// Its status after: the outcome's if it moved, `from` otherwise.
+    pub to: PaymentStatus,
+    pub moved: bool,
+}
+
+/// Moves payment `id` to what `outcome` (succeeded, declined or pending) says, if that is
+/// forward (`payment_status_rank`); never back. A payment that becomes pending is scheduled for
+/// reconciliation, one that becomes final is unscheduled. `event_at` is the `created` of the
+/// webhook event that said so. An event of `kind` with `detail` (plus `from` and `to`) goes on
+/// the payment's key timeline in the same statement. `None` if there is no such payment (or the
+/// outcome says nothing about one: refused, unknown).
+pub async fn advance(
+    conn: &mut PgConnection,
+    id: Uuid,
+    outcome: &Outcome,
+    event_at: Option<OffsetDateTime>,
+    budget: &Budget,
+    kind: EventKind,
+    detail: Value,
+) -> sqlx::Result<Option<Advanced>> {
+    let Some(target) = Answered::of(outcome) else { return Ok(None) };
+    let failure = target.failure.as_ref();
+    let row = sqlx::query!(
+        r#"
+        with before as (
+            select id, status, key_id, customer_id from payments where id = $1
+        ), moved as (
+            update payments p
+               set status = $2, gateway_payment_intent_id = coalesce(p.gateway_payment_intent_id, $3),
+                   failure_code = $4, decline_code = $5, failure_message = $6, next_action = $7,
+                   reconcile_at = case when $2 in ('requires_action', 'processing')
+                                       then coalesce(p.reconcile_at, now() + payonce_backoff(1, $9, $10))
+                                  end,
+                   gateway_event_at = greatest(p.gateway_event_at, $8),
+                   updated_at = now()
+              from before
+             where p.id = before.id and payment_status_rank($2) > payment_status_rank(p.status)
+            returning p.id
+        ), event as (
+            insert into idempotency_events (key_id, customer_id, kind, detail)
+            select key_id, customer_id, $11,
+                   $12::jsonb || jsonb_build_object(
+                       'from', status, 'to', case when exists (select from moved) then $2 else status end)
+            from before
+            where key_id is not null
+        )
+        select status, exists (select from moved) as "moved!" from before
+        "#,
+        id,
+        target.status.as_str(),
+        target.payment_intent,
+        failure.map(|f| f.code.as_str()),
+        failure.and_then(|f| f.decline_code.as_deref()),
+        failure.map(|f| f.message.as_str()),
+        target.next_action,
+        event_at,
+        budget.backoff.base.as_secs_f64(),
+        budget.pending_cap.as_secs_f64(),
+        kind.as_str(),
+        detail,
+    )
+    .fetch_optional(conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let from = PaymentStatus::parse(&row.status)
+        .ok_or_else(|| sqlx::Error::Decode(format!("unknown payment status {:?}", row.status).into()))?;
+    kind.count(1);
+    Ok(Some(Advanced { from, to: if row.moved { target.status } else { from }, moved: row.moved }))
 }

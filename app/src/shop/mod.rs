@@ -268,11 +268,11 @@ async fn pay(
     let op =
         operation(signed_in.shopper.id, key.clone(), &request).map_err(|err| WebError::Internal(err.to_string()))?;
     match execute(state.clone(), op).await {
-        Ok(answer) => outcome(&state, &signed_in, answer.stored).await,
+        Ok(answer) => outcome(&state, &signed_in, &key.to_string(), answer.stored).await,
         // Another request with this key (the first of a double click) holds it: follow it.
         Err(ApiError::InFlight { .. }) => Ok(Redirect::to(&format!("/shop/payments/{key}")).into_response()),
         // The outcome is unknown: offer the same key again, which resumes, never repeats.
-        Err(err @ (ApiError::Gateway(_) | ApiError::DatabaseUnavailable(_))) => {
+        Err(err @ (ApiError::Gateway { .. } | ApiError::GatewayRefused { .. } | ApiError::DatabaseUnavailable(_))) => {
             tracing::info!(error = %err, "checkout: no final answer yet");
             let mut page = CheckoutPage::fresh(&signed_in, product, card.payment_method, None);
             page.key = key.to_string();
@@ -304,8 +304,15 @@ async fn pay(
     }
 }
 
-/// The page for a final answer: the receipt (303), or the form again with why it failed.
-async fn outcome(state: &AppState, signed_in: &SignedIn, stored: StoredResponse) -> Result<Response, WebError> {
+/// The page for an answer: the receipt (303), the form again with why it failed, or, while the
+/// payment is pending (a 202: the bank or the customer's authentication has the last word), the
+/// "in progress" page until the payment itself is final.
+async fn outcome(
+    state: &AppState,
+    signed_in: &SignedIn,
+    key: &str,
+    stored: StoredResponse,
+) -> Result<Response, WebError> {
     let payment_id = stored
         .headers
         .iter()
@@ -322,6 +329,23 @@ async fn outcome(state: &AppState, signed_in: &SignedIn, stored: StoredResponse)
         Some(id) => store::find(state.engine.pool(), signed_in.shopper.id, id).await?,
         None => None,
     };
+    if stored.status == StatusCode::ACCEPTED {
+        match payment.as_ref().map(|p| p.status) {
+            Some(PaymentStatus::Succeeded) => {
+                let id = payment.as_ref().map(|p| p.id.to_string()).unwrap_or_default();
+                return Ok(Redirect::to(&format!("/shop/receipts/{id}")).into_response());
+            }
+            Some(PaymentStatus::Failed) => {}
+            _ => {
+                let page = PendingPage {
+                    shopper: signed_in.shopper.name.clone(),
+                    csrf: signed_in.csrf.clone(),
+                    key: key.to_owned(),
+                };
+                return page::render(StatusCode::OK, &page);
+            }
+        }
+    }
     let product = payment
         .as_ref()
         .and_then(|p| p.metadata.get("product")?.as_str().and_then(catalogue::product))
@@ -375,7 +399,7 @@ async fn attempt(
         .await?
         .ok_or(WebError::NotFound)?;
     match stored {
-        Some(stored) => outcome(&state, &signed_in, stored).await,
+        Some(stored) => outcome(&state, &signed_in, &key, stored).await,
         None => page::render(
             StatusCode::OK,
             &PendingPage { shopper: signed_in.shopper.name.clone(), csrf: signed_in.csrf.clone(), key },

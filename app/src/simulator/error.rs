@@ -11,8 +11,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::api::Outcome;
-use super::objects::PaymentIntent;
+use super::response::{Outcome, SavedResponse, to_json};
 
 /// Stripe's error `type`: the one field every Stripe client requires.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -52,9 +51,10 @@ pub(crate) struct ErrorObject {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub charge: Option<String>,
     /// For errors during confirmation, the PaymentIntent as it was left (Stripe includes it so a
-    /// client can see `status` and `last_payment_error` without another request).
+    /// client can see `status` and `last_payment_error` without another request). A JSON
+    /// snapshot, so that this module stays below the objects it describes.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub payment_intent: Option<Box<PaymentIntent>>,
+    pub payment_intent: Option<serde_json::Value>,
 }
 
 /// A Stripe error response: an HTTP status and the error object.
@@ -112,11 +112,11 @@ impl ApiError {
         Self::invalid_request(format!("Missing required param: {param}.")).code("parameter_missing").param(param)
     }
 
-    pub fn parameter_unknown(param: &str) -> Self {
+    /// `supported` names what the route accepts, for the developer who hit the subset's edge.
+    pub fn parameter_unknown(param: &str, supported: &str) -> Self {
         Self::invalid_request(format!(
             "Received unknown parameter: {param}. (The payonce Stripe simulator supports only \
-             amount, currency, payment_method, confirm, description, metadata, capture_method, \
-             automatic_payment_methods and expand.)"
+             {supported} here.)"
         ))
         .code("parameter_unknown")
         .param(param)
@@ -136,6 +136,11 @@ impl ApiError {
     /// `kind` is Stripe's object name in messages, e.g. `PaymentMethod` or `payment_intent`.
     pub fn resource_missing(kind: &str, id: &str, param: &str) -> Self {
         Self::invalid_request(format!("No such {kind}: '{id}'")).code("resource_missing").param(param)
+    }
+
+    /// A 404 for an object id in the URL path (`GET /v1/refunds/re_nope`).
+    pub fn not_found(kind: &str, id: &str, param: &str) -> Self {
+        Self::resource_missing(kind, id, param).with_status(StatusCode::NOT_FOUND)
     }
 
     pub fn idempotency_mismatch() -> Self {
@@ -181,7 +186,12 @@ impl ApiError {
 
     /// The JSON body, as saved for idempotent replays.
     pub fn body(&self) -> Bytes {
-        super::objects::to_json(&Envelope { error: &self.error })
+        to_json(&Envelope { error: &self.error })
+    }
+
+    /// The error as a saved result: errors decided during execution are replayed like successes.
+    pub fn saved(&self) -> SavedResponse {
+        SavedResponse { status: self.status, body: self.body(), outcome: self.outcome() }
     }
 
     /// A short label for the request log: the code if there is one, else the type.

@@ -1,14 +1,19 @@
 //! Fault injection: the failures an exactly-once client must survive, on demand.
 //!
-//! Faults act on `POST /v1/payment_intents` only, and only after authentication, validation and
-//! the idempotency check, at the point where Stripe would start executing:
+//! **API faults** act on the calls named by `operations` (default: all of them):
+//! `create_payment_intent` (`POST /v1/payment_intents`), `create_refund` (`POST /v1/refunds`) and
+//! `read` (`GET` of a PaymentIntent, a search, a refund, the refund list, a charge). They strike
+//! after authentication, validation and the idempotency check, where Stripe would start executing:
 //!
-//! | fault                    | what the client sees            | charged? | result saved? |
-//! |--------------------------|---------------------------------|----------|---------------|
-//! | `latency_ms`/`jitter_ms` | a slow answer                   | as usual | as usual      |
-//! | `fail_rate`              | 500 `api_error`, should retry   | no       | no            |
-//! | `timeout_rate`           | nothing until its own timeout   | yes      | yes           |
-//! | `drop_after_charge_rate` | a broken connection             | yes      | yes           |
+//! | fault                    | what the client sees            | executed? | result saved? |
+//! |--------------------------|---------------------------------|-----------|---------------|
+//! | `latency_ms`/`jitter_ms` | a slow answer                   | as usual  | as usual      |
+//! | `fail_rate`              | 500 `api_error`, should retry   | no        | no            |
+//! | `timeout_rate`           | nothing until its own timeout   | yes       | yes           |
+//! | `drop_after_charge_rate` | a broken connection             | yes       | yes           |
+//!
+//! A read "executes" nothing: held, it answers the state as it is when the hold ends; dropped,
+//! it loses the answer. A create charges (or refunds) exactly as without the fault.
 //!
 //! **Replays.** A request answered from a saved result waits the latency (Stripe serves replays
 //! from the same servers) but never fails, holds or drops: those faults model what happens to an
@@ -18,6 +23,13 @@
 //! idempotency layer (a load balancer, a gateway): the request never executes and no result is
 //! saved, so a retry with the same key executes and succeeds. Real Stripe v1 also saves 500s that
 //! happen *during* execution and replays them for that key; the simulator does not produce those.
+//!
+//! **Webhook faults** act on deliveries (see `webhooks::delivery`), whatever the API faults'
+//! scope: `webhook_drop_rate` (the delivery is lost: never sent, never retried, so only
+//! reconciliation can learn what happened), `webhook_duplicate_rate` (the event is delivered
+//! twice, as two independent deliveries), `webhook_delay_ms` (each attempt waits first) and
+//! `webhook_hold` (deliveries wait until `POST /_sim/webhooks/release`, which sends them in
+//! reverse, shuffled or original order). `next_calls` running out clears the API faults only.
 
 use std::time::Duration;
 
@@ -54,9 +66,33 @@ pub struct Faults {
     /// If set, faults apply to the next N in-scope create calls, after which all faults reset
     /// to none. `GET /_sim/faults` shows how many remain.
     pub next_calls: Option<u32>,
-    /// Seeds the draws (jitter and which fault) so a run can be reproduced. Without a seed the
-    /// draws are random. Concurrent calls draw in arrival order, which a seed cannot fix.
+    /// Seeds the draws (jitter, which fault, webhook drops and duplicates, a shuffled release)
+    /// so a run can be reproduced. Without a seed the draws are random. Concurrent calls draw in
+    /// arrival order, which a seed cannot fix.
     pub seed: Option<u64>,
+    /// If set, the API faults apply only to these operations (default: all).
+    pub operations: Option<Vec<Operation>>,
+    /// Probability (0..=1) that a delivery of an event to an endpoint is lost: never sent and
+    /// never retried. The event still exists (`GET /v1/events`); only asking Stripe finds it.
+    pub webhook_drop_rate: f64,
+    /// Probability (0..=1) that an event is delivered to an endpoint twice.
+    pub webhook_duplicate_rate: f64,
+    /// Delay before every delivery attempt, in milliseconds.
+    pub webhook_delay_ms: u64,
+    /// Hold every new delivery until `POST /_sim/webhooks/release`.
+    pub webhook_hold: bool,
+}
+
+/// The calls API faults can be scoped to.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    /// `POST /v1/payment_intents`.
+    CreatePaymentIntent,
+    /// `POST /v1/refunds`.
+    CreateRefund,
+    /// A `GET` of a PaymentIntent, a PaymentIntent search, a refund, the refund list or a charge.
+    Read,
 }
 
 impl Default for Faults {
@@ -71,6 +107,11 @@ impl Default for Faults {
             payment_method: None,
             next_calls: None,
             seed: None,
+            operations: None,
+            webhook_drop_rate: 0.0,
+            webhook_duplicate_rate: 0.0,
+            webhook_delay_ms: 0,
+            webhook_hold: false,
         }
     }
 }
@@ -99,6 +140,9 @@ pub enum FaultsError {
          payment method"
     )]
     EmptyPaymentMethod,
+    /// `operations: []` would scope the faults to nothing.
+    #[error("operations must not be empty; omit it (or send null) to apply faults to every operation")]
+    NoOperations,
 }
 
 impl Faults {
@@ -108,6 +152,8 @@ impl Faults {
             ("fail_rate", self.fail_rate),
             ("timeout_rate", self.timeout_rate),
             ("drop_after_charge_rate", self.drop_after_charge_rate),
+            ("webhook_drop_rate", self.webhook_drop_rate),
+            ("webhook_duplicate_rate", self.webhook_duplicate_rate),
         ];
         for (field, value) in rates {
             if !(0.0..=1.0).contains(&value) {
@@ -119,8 +165,12 @@ impl Faults {
         if sum > 1.0 + 1e-9 {
             return Err(FaultsError::RatesExceedOne { sum });
         }
-        let delays =
-            [("latency_ms", self.latency_ms), ("jitter_ms", self.jitter_ms), ("timeout_hold_ms", self.timeout_hold_ms)];
+        let delays = [
+            ("latency_ms", self.latency_ms),
+            ("jitter_ms", self.jitter_ms),
+            ("timeout_hold_ms", self.timeout_hold_ms),
+            ("webhook_delay_ms", self.webhook_delay_ms),
+        ];
         for (field, value) in delays {
             if value > MAX_DELAY_MS {
                 return Err(FaultsError::DelayTooLong { field, value });
@@ -132,13 +182,30 @@ impl Faults {
         if self.payment_method.as_deref() == Some("") {
             return Err(FaultsError::EmptyPaymentMethod);
         }
+        if self.operations.as_ref().is_some_and(Vec::is_empty) {
+            return Err(FaultsError::NoOperations);
+        }
         Ok(())
     }
 
-    fn in_scope(&self, payment_method: Option<&str>) -> bool {
-        match &self.payment_method {
+    fn in_scope(&self, operation: Operation, payment_method: Option<&str>) -> bool {
+        let operation_in_scope = self.operations.as_ref().is_none_or(|operations| operations.contains(&operation));
+        let payment_method_in_scope = match &self.payment_method {
             None => true,
             Some(scope) => payment_method == Some(scope.as_str()),
+        };
+        operation_in_scope && payment_method_in_scope
+    }
+
+    /// These faults without the API ones: what stays once `next_calls` runs out.
+    fn webhook_only(&self) -> Self {
+        Self {
+            seed: self.seed,
+            webhook_drop_rate: self.webhook_drop_rate,
+            webhook_duplicate_rate: self.webhook_duplicate_rate,
+            webhook_delay_ms: self.webhook_delay_ms,
+            webhook_hold: self.webhook_hold,
+            ..Self::default()
         }
     }
 }
@@ -149,6 +216,13 @@ pub(crate) struct Plan {
     /// Wait this long first (latency + jitter).
     pub delay: Duration,
     pub action: Action,
+}
+
+impl Plan {
+    /// No fault: for calls the faults never touch.
+    pub fn none() -> Self {
+        Self { delay: Duration::ZERO, action: Action::Execute }
+    }
 }
 
 /// The fault drawn for one execution; at most one per call.
@@ -162,6 +236,19 @@ pub(crate) enum Action {
     Hold(Duration),
     /// Execute and save, then break the connection instead of answering.
     LoseResponse,
+}
+
+/// What happens to one delivery of one event to one endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeliveryPlan {
+    /// Lost: never sent.
+    pub dropped: bool,
+    /// Sent twice, as two independent deliveries.
+    pub duplicated: bool,
+    /// Wait before each attempt.
+    pub delay: Duration,
+    /// Held until released.
+    pub hold: bool,
 }
 
 /// The current faults and the random source their draws come from.
@@ -190,10 +277,10 @@ impl FaultState {
         Ok(())
     }
 
-    /// Draws the plan for a create call that is about to execute, and counts it against
-    /// `next_calls` if it is in scope.
-    pub fn plan_execution(&mut self, payment_method: Option<&str>) -> Plan {
-        if !self.faults.in_scope(payment_method) {
+    /// Draws the plan for a call that is about to execute, and counts it against `next_calls`
+    /// if it is in scope.
+    pub fn plan_execution(&mut self, operation: Operation, payment_method: Option<&str>) -> Plan {
+        if !self.faults.in_scope(operation, payment_method) {
             return Plan { delay: Duration::ZERO, action: Action::Execute };
         }
         let delay = self.draw_delay();
@@ -213,8 +300,26 @@ impl FaultState {
     }
 
     /// The delay before answering a replay: latency applies, nothing else, and it is not counted.
-    pub fn replay_delay(&mut self, payment_method: Option<&str>) -> Duration {
-        if self.faults.in_scope(payment_method) { self.draw_delay() } else { Duration::ZERO }
+    pub fn replay_delay(&mut self, operation: Operation, payment_method: Option<&str>) -> Duration {
+        if self.faults.in_scope(operation, payment_method) { self.draw_delay() } else { Duration::ZERO }
+    }
+
+    /// Draws what happens to one delivery of an event to one endpoint.
+    pub fn plan_delivery(&mut self) -> DeliveryPlan {
+        let faults = &self.faults;
+        let (drop_rate, duplicate_rate) = (faults.webhook_drop_rate, faults.webhook_duplicate_rate);
+        let delay = Duration::from_millis(faults.webhook_delay_ms);
+        let hold = faults.webhook_hold;
+        // Draw only for a rate that can fire, so that setting one rate does not shift the other's
+        // seeded sequence.
+        let dropped = drop_rate > 0.0 && self.rng.f64() < drop_rate;
+        let duplicated = !dropped && duplicate_rate > 0.0 && self.rng.f64() < duplicate_rate;
+        DeliveryPlan { dropped, duplicated, delay, hold }
+    }
+
+    /// Shuffles held deliveries for a `shuffle` release, with the seeded draws.
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        self.rng.shuffle(items);
     }
 
     fn draw_delay(&mut self) -> Duration {
@@ -227,7 +332,7 @@ impl FaultState {
 
     fn count_call(&mut self) {
         match self.faults.next_calls {
-            Some(1) => self.faults = Faults::default(),
+            Some(1) => self.faults = self.faults.webhook_only(),
             Some(remaining) => self.faults.next_calls = Some(remaining - 1),
             None => {}
         }
@@ -277,7 +382,9 @@ mod tests {
             Faults { jitter_ms: 50, fail_rate: 0.3, drop_after_charge_rate: 0.3, seed: Some(7), ..Faults::default() };
         let plans = |faults: &Faults| {
             let mut state = state(faults.clone());
-            (0..200).map(|_| state.plan_execution(Some("pm_card_visa"))).collect::<Vec<_>>()
+            (0..200)
+                .map(|_| state.plan_execution(Operation::CreatePaymentIntent, Some("pm_card_visa")))
+                .collect::<Vec<_>>()
         };
         let first = plans(&faults);
         assert_eq!(first, plans(&faults));
@@ -297,13 +404,22 @@ mod tests {
             next_calls: Some(2),
             ..Faults::default()
         });
-        assert_eq!(state.plan_execution(Some("pm_card_visa")).action, Action::Execute);
-        assert_eq!(state.replay_delay(Some("pm_card_mastercard")), Duration::ZERO);
+        assert_eq!(state.plan_execution(Operation::CreatePaymentIntent, Some("pm_card_visa")).action, Action::Execute);
+        assert_eq!(state.replay_delay(Operation::CreatePaymentIntent, Some("pm_card_mastercard")), Duration::ZERO);
         assert_eq!(state.faults().next_calls, Some(2), "out of scope and replays don't count");
-        assert_eq!(state.plan_execution(Some("pm_card_mastercard")).action, Action::Fail);
+        assert_eq!(
+            state.plan_execution(Operation::CreatePaymentIntent, Some("pm_card_mastercard")).action,
+            Action::Fail
+        );
         assert_eq!(state.faults().next_calls, Some(1));
-        assert_eq!(state.plan_execution(Some("pm_card_mastercard")).action, Action::Fail);
+        assert_eq!(
+            state.plan_execution(Operation::CreatePaymentIntent, Some("pm_card_mastercard")).action,
+            Action::Fail
+        );
         assert_eq!(state.faults(), &Faults::default());
-        assert_eq!(state.plan_execution(Some("pm_card_mastercard")).action, Action::Execute);
+        assert_eq!(
+            state.plan_execution(Operation::CreatePaymentIntent, Some("pm_card_mastercard")).action,
+            Action::Execute
+        );
     }
 }

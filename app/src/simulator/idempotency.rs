@@ -9,30 +9,19 @@
 //!   `idempotency_error`; while the claim is held, any request with the key is a 409
 //!   `idempotency_key_in_use`;
 //! - a request that never reached execution (validation error, injected outage) saves nothing,
-//!   and its claim is released so the key can be used again.
+//!   and its claim is released so the key can be used again;
+//! - the same key on another route counts as other parameters (400).
 //!
 //! Unlike Stripe, saved results never expire (Stripe keeps them for 24 hours): the simulator's
 //! state lives as long as the process, or until `POST /_sim/reset`.
 
 use std::collections::HashMap;
 
-use axum::body::Bytes;
-use axum::http::StatusCode;
+use super::response::SavedResponse;
 
-use super::Simulator;
-
-/// What identifies "the same request" for a key: the sorted form pairs. (Only
-/// `POST /v1/payment_intents` takes keys here, so method and path add nothing.)
-pub(crate) type Fingerprint = Vec<(String, String)>;
-
-/// The status and body of an executed request, replayed verbatim.
-#[derive(Clone, Debug)]
-pub(crate) struct SavedResponse {
-    pub status: StatusCode,
-    pub body: Bytes,
-    /// A label for the request log, e.g. `succeeded` or `card_declined`.
-    pub outcome: &'static str,
-}
+/// What identifies "the same request" for a key: the route (every idempotent route is a `POST`)
+/// and the sorted form pairs. The same key on another route is "other parameters".
+pub(crate) type Fingerprint = (&'static str, Vec<(String, String)>);
 
 #[derive(Debug)]
 enum Entry {
@@ -55,8 +44,9 @@ pub(crate) enum Begin {
 
 /// The keys of one API key (Stripe scopes idempotency keys per account).
 ///
-/// A key in flight belongs to the one request that claimed it: nobody else can replace its entry
-/// (a reset replaces the whole store, and `Simulator::reset`'s epoch keeps the old request out).
+/// A key in flight belongs to the one request that claimed it (its `execution::Claim`): nobody
+/// else can replace its entry (a reset replaces the whole store, and the state's epoch keeps the
+/// old request out).
 #[derive(Debug, Default)]
 pub(crate) struct Keys {
     entries: HashMap<String, Entry>,
@@ -84,74 +74,29 @@ impl Keys {
     }
 
     /// Saves the result of the request that claimed `key`.
-    fn save(&mut self, key: &str, response: SavedResponse) {
+    pub fn save(&mut self, key: &str, response: SavedResponse) {
         if let Some(Entry::InFlight { fingerprint }) = self.entries.remove(key) {
             self.entries.insert(key.to_owned(), Entry::Saved { fingerprint, response });
         }
     }
 
     /// Frees `key` if it is still in flight.
-    fn release(&mut self, key: &str) {
+    pub fn release(&mut self, key: &str) {
         if matches!(self.entries.get(key), Some(Entry::InFlight { .. })) {
             self.entries.remove(key);
         }
     }
 }
 
-/// A held claim on (API key, `Idempotency-Key`), made in state generation `epoch`.
-///
-/// Dropping a claim that was not saved releases the key. That is what guarantees a key is never
-/// left "in use" forever: whether the request hit an injected outage, its task panicked, or the
-/// simulator was reset, the claim goes out of scope and the key is free again. A claim from
-/// before a reset releases nothing: the store it claimed in is gone.
-///
-/// Never drop an unsaved claim while holding the simulator's lock: releasing takes the lock.
-#[derive(Debug)]
-pub(crate) struct Claim {
-    simulator: Simulator,
-    api_key: String,
-    key: String,
-    epoch: u64,
-    saved: bool,
-}
-
-impl Claim {
-    pub fn new(simulator: Simulator, api_key: String, key: String, epoch: u64) -> Self {
-        Self { simulator, api_key, key, epoch, saved: false }
-    }
-
-    /// The `Idempotency-Key` this claim holds.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// Saves the result into `keys` (the caller holds the lock, and has checked that no reset
-    /// happened since the claim) and marks the claim done.
-    pub fn save(&mut self, keys: &mut Keys, response: SavedResponse) {
-        keys.save(&self.key, response);
-        self.saved = true;
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        if !self.saved {
-            let mut state = self.simulator.state();
-            if state.epoch == self.epoch
-                && let Some(account) = state.accounts.get_mut(&self.api_key)
-            {
-                account.keys.release(&self.key);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use axum::body::Bytes;
+    use axum::http::StatusCode;
+
     use super::*;
 
     fn fingerprint(params: &[(&str, &str)]) -> Fingerprint {
-        params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        ("/v1/payment_intents", params.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
     }
 
     fn saved() -> SavedResponse {

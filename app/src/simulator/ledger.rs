@@ -1,9 +1,12 @@
-//! The ledger: one entry per successful charge, the simulator's ground truth.
+//! The ledger: one entry per successful charge and one per refund, the simulator's ground truth.
 //!
-//! Tests and load tests prove "nothing was charged twice" by counting these entries per
-//! PaymentIntent, per Idempotency-Key and per order (metadata). An entry is appended in the same
-//! critical section that creates the PaymentIntent and saves the idempotent result, so the
-//! ledger never disagrees with what a replay returns.
+//! Tests and load tests prove "nothing was charged twice" by counting charge entries per
+//! PaymentIntent, per Idempotency-Key and per order (metadata), and "never more refunded than
+//! charged, one refund per key" by summing refund entries per charge and counting them per key.
+//! Entries are written in the same critical section that changes the objects and saves the
+//! idempotent result, so the ledger never disagrees with what a replay returns. A charge enters
+//! the ledger when money actually moves (`succeeded`), exactly once per PaymentIntent, whether at
+//! once (a card), after processing (a bank debit) or after the customer authenticated (3-D Secure).
 
 use std::collections::BTreeMap;
 
@@ -20,6 +23,11 @@ pub struct Charge {
     pub idempotency_key: Option<String>,
     /// In the currency's smallest unit.
     pub amount: i64,
+    /// The sum of this charge's refunds (each one is in [`Simulator::refunds`]).
+    ///
+    /// [`Simulator::refunds`]: super::Simulator::refunds
+    #[serde(default)]
+    pub amount_refunded: i64,
     /// Lowercase ISO code.
     pub currency: String,
     /// The test payment method charged, e.g. `pm_card_visa`.
@@ -30,10 +38,32 @@ pub struct Charge {
     pub created: i64,
 }
 
-/// Every successful charge, in the order they happened. Append-only until a reset.
+/// One successful refund.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Refund {
+    /// `re_…`
+    pub refund: String,
+    /// The charge refunded (`ch_…`), an entry of the charges ledger.
+    pub charge: String,
+    pub payment_intent: String,
+    /// The `Idempotency-Key` of the `POST /v1/refunds` that made it, if it had one.
+    pub idempotency_key: Option<String>,
+    pub amount: i64,
+    pub currency: String,
+    /// `duplicate`, `fraudulent`, `requested_by_customer` or none.
+    pub reason: Option<String>,
+    /// The refund's own metadata.
+    pub metadata: BTreeMap<String, String>,
+    /// Unix seconds.
+    pub created: i64,
+}
+
+/// Every successful charge and refund, in the order they happened. Append-only until a reset
+/// (a refund also adds to its charge's `amount_refunded`).
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     charges: Vec<Charge>,
+    refunds: Vec<Refund>,
 }
 
 impl Ledger {
@@ -41,7 +71,19 @@ impl Ledger {
         self.charges.push(charge);
     }
 
+    /// Records a refund and adds it to its charge's `amount_refunded`.
+    pub fn record_refund(&mut self, refund: Refund) {
+        if let Some(charge) = self.charges.iter_mut().rev().find(|charge| charge.charge == refund.charge) {
+            charge.amount_refunded += refund.amount;
+        }
+        self.refunds.push(refund);
+    }
+
     pub fn charges(&self) -> &[Charge] {
         &self.charges
+    }
+
+    pub fn refunds(&self) -> &[Refund] {
+        &self.refunds
     }
 }

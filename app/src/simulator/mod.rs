@@ -1,284 +1,109 @@
-//! A Stripe-wire-compatible simulator, with an exact ledger of charges and injectable faults.
+//! A Stripe-wire-compatible simulator, with an exact ledger of charges and refunds, webhooks
+//! delivered at least once, and injectable faults.
 //!
 //! payonce talks to Stripe through async-stripe. Pointed at this simulator instead (a base URL
 //! such as `http://127.0.0.1:PORT/`), the same client code runs unchanged, offline, and every
 //! failure an exactly-once design must survive can be produced on demand. It runs inside
-//! `payonce serve` when no `STRIPE_SECRET_KEY` is set, or alone as `payonce stripe-sim`.
+//! `payonce serve` when no `STRIPE_SECRET_KEY` is set, or alone as `payonce stripe-sim`. The
+//! contract is Stripe's API: async-stripe (rc.10) deserialises everything it returns, Stripe's
+//! official Python library drives it unchanged (`.ci/stripe-python-check`), and its webhook
+//! signatures verify with async-stripe-webhook. The full reference is `docs/simulator.md`.
 //!
 //! # What it is
 //!
-//! - **Stripe's wire format** for the calls payonce makes: `POST /v1/payment_intents` (form
-//!   encoded, `metadata[k]=v`, `confirm=true`) and `GET /v1/payment_intents/{id}`, Bearer (or
-//!   Basic) auth with `sk_…`/`rk_…` keys, Stripe's ids, objects, error envelope and status codes.
-//!   Stripe's test payment methods (`pm_card_visa`, `pm_card_chargeDeclinedInsufficientFunds`,
-//!   …) decide the outcome.
-//! - **Stripe's idempotency semantics**, per API key and `Idempotency-Key`: saved results,
-//!   replays with `Idempotent-Replayed: true`, 400 on reused keys with other parameters, 409
-//!   while in flight. Work that has begun always finishes, even if the client hangs up.
-//! - **A ledger** ([`Simulator::charges`], `GET /_sim/charges`): one entry per successful charge,
-//!   with the Idempotency-Key and metadata it was made with. This is how tests and load tests
-//!   *prove* that nothing was charged twice.
+//! - **Stripe's wire format** for PaymentIntents (create and confirm, retrieve, search),
+//!   refunds (create, retrieve, list), charges (retrieve), webhook endpoints (create, retrieve,
+//!   list, delete) and events (retrieve, list): form bodies with `metadata[k]=v`, Bearer (or
+//!   Basic) auth with `sk_…`/`rk_…` keys, Stripe's ids, objects, error envelope, status codes,
+//!   `Request-Id` header, and the `return_url` rule of API versions since 2023-08-16.
+//! - **Stripe's test payment methods** decide the outcome, including the pending ones: cards
+//!   that succeed or decline (`pm_card_visa`, `pm_card_chargeDeclinedInsufficientFunds`, …),
+//!   3-D Secure (`pm_card_threeDSecure2Required`: `requires_action` until the customer answers
+//!   through `POST /_sim/payment_intents/{id}/authenticate`), and bank debits
+//!   (`pm_usBankAccount_success`, `pm_usBankAccount_accountClosed`: `processing`, then settled
+//!   after the `processing_ms` knob).
+//! - **Stripe's idempotency semantics** on every POST, per API key and `Idempotency-Key`: saved
+//!   results, replays with `Idempotent-Replayed: true`, 400 for a key reused with other
+//!   parameters or on another route, 409 while in flight. Work that has begun always finishes,
+//!   even if the client hangs up.
+//! - **Events and webhooks**: Stripe's Event objects (`request.idempotency_key` is the key of the
+//!   call that caused them, `null` for asynchronous transitions), delivered to registered
+//!   endpoints at least once, signed with Stripe's scheme, retried with compressed backoff, on
+//!   their own tasks, never under the state's lock.
+//! - **A ledger** ([`Simulator::charges`], [`Simulator::refunds`], `GET /_sim/charges`,
+//!   `GET /_sim/refunds`): one entry per charge when money actually moves, one per refund, with
+//!   the Idempotency-Key and metadata they were made with. This is how tests and load tests
+//!   *prove* that nothing was charged twice and never more was refunded than charged.
 //! - **Faults** ([`Faults`], `PUT /_sim/faults`): latency, outages, timeouts that still charge,
-//!   and responses lost after the charge, optionally scoped to a payment method or the next N
-//!   calls, reproducible with a seed.
+//!   responses lost after the charge (on creates, refunds and reads, scoped to operations, a
+//!   payment method or the next N calls), and webhook deliveries lost, duplicated, delayed or
+//!   held and released out of order; reproducible with a seed. Knobs that are not faults
+//!   (processing time, delivery policy) are [`Settings`] (`PUT /_sim/settings`).
 //!
 //! # What it is not
 //!
-//! Not a Stripe emulator. There are no customers, captures, refunds, webhooks, 3-D Secure
-//! (`requires_action`), rate limits or live mode; saved idempotent results never expire (Stripe
-//! keeps them 24 hours); all state is in memory and lost when the process exits. What is outside
-//! the subset is refused loudly (`parameter_unknown`, Stripe's 404) rather than ignored; only
-//! `expand`, which changes how ids are rendered and not what happens, is accepted and ignored.
+//! Not a Stripe emulator. There are no customers, separate confirm or capture calls, cancels,
+//! disputes, payouts, Connect, rate limits or live mode; refunds always succeed at once;
+//! bank debits need no mandate or verification; searches see new objects at once (Stripe's
+//! index may lag up to a minute); saved idempotent results never expire (Stripe keeps them 24
+//! hours); events are rendered in the API version async-stripe pins, whatever the endpoint's
+//! `api_version`; webhook URLs must be plain `http` (it has no TLS client); all state is in
+//! memory and lost when the process exits. What is outside the subset is refused loudly
+//! (`parameter_unknown`, Stripe's 404, a 400 naming unsupported search syntax) rather than
+//! ignored; only `expand` (honoured for a PaymentIntent's `latest_charge`) and `mandate_data`
+//! are accepted without effect.
 //!
 //! # Layout
 //!
+//! Imports flow one way: the server assembles the routes; routes call the execution pipeline
+//! and the domain; the domain changes the state through `jobs`; objects, error and response are
+//! leaves.
+//!
 //! ```text
-//! mod.rs              Simulator (the shared state), start / serve / RunningSimulator
-//! api.rs              the Stripe routes: auth, create (the execution task), retrieve
-//! form.rs             form decoding and create-parameter validation (Stripe's 400s)
-//! idempotency.rs      claims, saved results, replays, mismatches
-//! faults.rs           Faults: validation, scope, the per-call draw
-//! payment_methods.rs  Stripe's test payment methods and what each one does
-//! objects.rs          the PaymentIntent object and Stripe-like ids
-//! ledger.rs           Charge and the append-only ledger
-//! error.rs            Stripe's error envelope
-//! control.rs          the /_sim routes
+//! server.rs              Simulator::router, the Request-Id/log middleware, start / serve
+//! control.rs             the /_sim routes and their Rust equivalents on Simulator
+//! payment_intents/       create + confirm (params, confirm: per payment method), retrieve, search
+//! refunds/               create (the refund itself), retrieve, list
+//! charges.rs             GET /v1/charges/{id}
+//! webhooks/              endpoints (routes), delivery (tasks, retries), signature, log
+//! events/                emit (record + queue deliveries), routes (GET /v1/events…)
+//! execution.rs           the pipeline of every write (idempotency, faults, claim) and read
+//! http.rs                auth, Idempotency-Key, Stripe-Version, form encoding, pagination
+//! jobs.rs                transact: change the state, then start deliveries and timers unlocked
+//! state.rs               Simulator (the handle), State, Account, Settings, Job
+//! idempotency.rs         claims, saved results, replays, mismatches
+//! faults.rs              Faults: validation, scope, the per-call and per-delivery draws
+//! payment_methods.rs     Stripe's test payment methods and what each one does
+//! ledger.rs              charges and refunds, append-only
+//! form.rs                form and query decoding, the parsing rules routes share
+//! objects/               PaymentIntent, Charge, Refund, Event, WebhookEndpoint, lists, ids
+//! error.rs, response.rs  Stripe's error envelope; JSON answers and saved results
 //! ```
 
-mod api;
+mod charges;
 mod control;
 mod error;
+mod events;
+mod execution;
 mod faults;
 mod form;
+mod http;
 mod idempotency;
+mod jobs;
 mod ledger;
 mod objects;
+mod payment_intents;
 mod payment_methods;
+mod refunds;
+mod response;
+mod server;
+mod state;
 #[cfg(test)]
 mod tests;
+mod webhooks;
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-
-use axum::Router;
-use axum::extract::Request;
-use axum::middleware::{self, Next};
-use axum::response::Response;
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
-
-pub use faults::{Faults, FaultsError};
-pub use ledger::Charge;
-
-use api::Outcome;
-use faults::FaultState;
-use idempotency::Keys;
-use ledger::Ledger;
-use objects::PaymentIntent;
-
-/// The simulator: its state and its HTTP routes.
-///
-/// Cheap to clone (an `Arc` inside); every clone is the same simulator. All state is in memory
-/// for the life of the process.
-#[derive(Clone, Default)]
-pub struct Simulator {
-    state: Arc<Mutex<State>>,
-}
-
-/// Everything the simulator knows. One mutex guards it all: critical sections are short and never
-/// span an `.await`, and one lock makes "create the PaymentIntent, append the charge, save the
-/// idempotent result" a single atomic step.
-#[derive(Debug, Default)]
-struct State {
-    /// Incremented by every reset. A request that began before a reset finds a different epoch
-    /// when it comes to execute, and executes nothing: a reset is a clean cut.
-    epoch: u64,
-    /// Objects and idempotency keys per API key, as Stripe scopes them per account.
-    accounts: HashMap<String, Account>,
-    /// Every successful charge.
-    ledger: Ledger,
-    /// The faults to inject and the random source of their draws.
-    faults: FaultState,
-}
-
-/// What one API key owns.
-#[derive(Debug, Default)]
-struct Account {
-    /// PaymentIntents by id.
-    payment_intents: HashMap<String, PaymentIntent>,
-    /// Idempotency keys: claims in flight and saved results.
-    keys: Keys,
-}
-
-impl State {
-    fn account(&mut self, api_key: &str) -> &mut Account {
-        // Look up before `entry`, which would allocate the key on every call of every request.
-        if !self.accounts.contains_key(api_key) {
-            self.accounts.insert(api_key.to_owned(), Account::default());
-        }
-        self.accounts.get_mut(api_key).expect("inserted just above")
-    }
-}
-
-impl Simulator {
-    /// A simulator with no objects, no charges and no faults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The Stripe routes (`/v1/…`) and the control routes (`/_sim/…`). Every response, even
-    /// for an unknown URL, is in Stripe's error format.
-    ///
-    /// The router has its own fallback (Stripe's 404), so serve it on its own listener (see
-    /// [`start`] and [`serve`]) or `nest` it under a prefix; `merge`-ing it into a router that
-    /// has a fallback too makes axum panic.
-    pub fn router(&self) -> Router {
-        Router::new()
-            .merge(api::router())
-            .merge(control::router())
-            .fallback(api::unrecognized)
-            .method_not_allowed_fallback(api::unrecognized)
-            .layer(middleware::from_fn(log_request))
-            .with_state(self.clone())
-    }
-
-    /// A snapshot of the ledger: every successful charge, in the order they were made.
-    pub fn charges(&self) -> Vec<Charge> {
-        self.state().ledger.charges().to_vec()
-    }
-
-    /// The faults in force (with `next_calls` showing how many calls remain).
-    pub fn faults(&self) -> Faults {
-        self.state().faults.faults().clone()
-    }
-
-    /// Replaces the faults after validating them; on error the current faults stay.
-    pub fn set_faults(&self, faults: Faults) -> Result<(), FaultsError> {
-        self.state().faults.set(faults)
-    }
-
-    /// Forgets everything: ledger, objects, saved results, claims and faults. Requests in flight
-    /// are answered with a 500 and execute nothing (see `State::epoch`).
-    fn reset(&self) {
-        let mut state = self.state();
-        *state = State { epoch: state.epoch + 1, ..State::default() };
-    }
-
-    fn state(&self) -> MutexGuard<'_, State> {
-        // Nothing panics while holding the lock; if something ever did, the state is still
-        // consistent (each critical section is one step), so keep serving rather than fail
-        // every later request.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl std::fmt::Debug for Simulator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Simulator").finish_non_exhaustive()
-    }
-}
-
-/// One debug line per request: method, path, Idempotency-Key, status and outcome. The API key
-/// is never logged.
-async fn log_request(request: Request, next: Next) -> Response {
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let idempotency_key = request.headers().get("idempotency-key").and_then(|key| key.to_str().ok()).map(str::to_owned);
-    let response = next.run(request).await;
-    tracing::debug!(
-        %method,
-        path,
-        idempotency_key,
-        status = response.status().as_u16(),
-        outcome = response.extensions().get::<Outcome>().map_or("-", |outcome| outcome.0),
-        replayed = response.headers().contains_key("idempotent-replayed"),
-        "stripe simulator request"
-    );
-    response
-}
-
-/// A simulator serving on its own port, for tests and `payonce serve`.
-///
-/// Dropping it stops the server immediately; [`RunningSimulator::shutdown`] stops it gracefully.
-#[derive(Debug)]
-pub struct RunningSimulator {
-    addr: SocketAddr,
-    simulator: Simulator,
-    /// Sending (or dropping) this asks the server to shut down gracefully.
-    shutdown: Option<oneshot::Sender<()>>,
-    /// The server task; `None` once shut down.
-    task: Option<JoinHandle<std::io::Result<()>>>,
-}
-
-/// Binds `addr` (port 0 picks a free port) and serves a new simulator in a spawned task until
-/// the returned handle is shut down or dropped.
-pub async fn start(addr: SocketAddr) -> std::io::Result<RunningSimulator> {
-    let listener = TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
-    let simulator = Simulator::new();
-    let (shutdown, shutdown_requested) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, simulator.clone(), async {
-        // A send and a dropped sender both mean "stop".
-        let _ = shutdown_requested.await;
-    }));
-    Ok(RunningSimulator { addr, simulator, shutdown: Some(shutdown), task: Some(task) })
-}
-
-impl RunningSimulator {
-    /// The address the simulator listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The base URL to give async-stripe: `http://127.0.0.1:PORT/`, with the trailing slash
-    /// async-stripe needs before it appends `v1/…`. A wildcard bind address becomes loopback.
-    pub fn base_url(&self) -> String {
-        let ip = match self.addr.ip() {
-            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-            ip => ip,
-        };
-        format!("http://{}/", SocketAddr::new(ip, self.addr.port()))
-    }
-
-    /// The simulator, to read its ledger or set faults directly.
-    pub fn simulator(&self) -> &Simulator {
-        &self.simulator
-    }
-
-    /// Stops accepting connections and waits for open ones to finish. A request held by a
-    /// timeout fault keeps its connection open, so this waits for the hold too.
-    pub async fn shutdown(mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(task) = self.task.take() {
-            match task.await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::warn!(%error, "stripe simulator server failed"),
-                Err(error) => tracing::warn!(%error, "stripe simulator server task failed"),
-            }
-        }
-    }
-}
-
-impl Drop for RunningSimulator {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-/// Serves `sim` on `listener` until `shutdown` resolves, then finishes open requests: the
-/// `payonce stripe-sim` command.
-pub async fn serve(
-    listener: TcpListener,
-    sim: Simulator,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, sim.router()).with_graceful_shutdown(shutdown).await
-}
+pub use faults::{Faults, FaultsError, Operation};
+pub use ledger::{Charge, Refund};
+pub use server::{RunningSimulator, serve, start};
+pub use state::{Settings, SettingsError, Simulator};
+pub use webhooks::log::{Attempt, Delivery, DeliveryState, EventRecord, RecordRequest};

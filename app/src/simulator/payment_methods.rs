@@ -11,6 +11,22 @@ pub(crate) enum CardBehaviour {
     Succeeds,
     /// The issuer declines: a 402 `card_error`.
     Declines(Decline),
+    /// The card requires 3-D Secure: `requires_action` until the customer authenticates
+    /// (`POST /_sim/payment_intents/{id}/authenticate`).
+    RequiresAuthentication,
+    /// A US bank debit: `processing`, then (after the processing knob) it succeeds, or fails
+    /// with this failure.
+    BankDebit(Option<Decline>),
+}
+
+impl CardBehaviour {
+    /// The payment method's `type`, as a PaymentIntent's `payment_method_types` lists it.
+    pub fn payment_method_type(self) -> &'static str {
+        match self {
+            Self::BankDebit(_) => "us_bank_account",
+            _ => "card",
+        }
+    }
 }
 
 /// A decline, with Stripe's codes and customer-facing message.
@@ -42,6 +58,17 @@ const TEST_PAYMENT_METHODS: &[(&str, CardBehaviour)] = &[
     ("pm_card_chargeDeclinedFraudulent", declined("fraudulent", DECLINED)),
     ("pm_card_chargeDeclinedLostCard", declined("lost_card", DECLINED)),
     ("pm_card_chargeDeclinedStolenCard", declined("stolen_card", DECLINED)),
+    ("pm_card_threeDSecure2Required", CardBehaviour::RequiresAuthentication),
+    ("pm_card_authenticationRequired", CardBehaviour::RequiresAuthentication),
+    ("pm_usBankAccount_success", CardBehaviour::BankDebit(None)),
+    (
+        "pm_usBankAccount_accountClosed",
+        CardBehaviour::BankDebit(Some(Decline {
+            code: "account_closed",
+            decline_code: "account_closed",
+            message: "The customer's bank account has been closed.",
+        })),
+    ),
     (
         "pm_card_chargeDeclinedExpiredCard",
         CardBehaviour::Declines(Decline {
@@ -69,6 +96,12 @@ mod tests {
             panic!("the expired card declines");
         };
         assert_eq!((decline.code, decline.decline_code), ("expired_card", "expired_card"));
+        assert_eq!(lookup("pm_card_threeDSecure2Required"), Some(CardBehaviour::RequiresAuthentication));
+        let Some(CardBehaviour::BankDebit(Some(failure))) = lookup("pm_usBankAccount_accountClosed") else {
+            panic!("the closed account fails later");
+        };
+        assert_eq!(failure.code, "account_closed");
+        assert_eq!(lookup("pm_usBankAccount_success").map(CardBehaviour::payment_method_type), Some("us_bank_account"));
         assert_eq!(lookup("pm_card_unknown"), None);
         assert_eq!(lookup("pm_card_Visa"), None, "ids are case-sensitive");
     }

@@ -17,7 +17,7 @@ async fn csrf_of(response: Response) -> String {
 }
 
 /// Signs `client` in; returns the session's CSRF token.
-async fn sign_in(app: &TestApp, client: &Client) -> String {
+pub async fn sign_in(app: &TestApp, client: &Client) -> String {
     let csrf = csrf_of(client.get(app.url("/admin/login")).send().await.unwrap()).await;
     let response = client
         .post(app.url("/admin/login"))
@@ -326,6 +326,8 @@ async fn gateway_panel_sets_faults_and_audit_flags_double_charges() {
                 ("currency", "usd"),
                 ("payment_method", "pm_card_visa"),
                 ("confirm", "true"),
+                ("automatic_payment_methods[enabled]", "true"),
+                ("automatic_payment_methods[allow_redirects]", "never"),
                 ("metadata[payonce_customer]", "cus_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),
                 ("metadata[payonce_idempotency_key]", "order-42"),
                 ("metadata[payonce_payment]", "pay_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),

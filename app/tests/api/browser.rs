@@ -26,7 +26,7 @@ pub async fn create_admin(app: &TestApp) {
 /// die without finishing it.
 pub fn crashing_engine(app: &TestApp, lease: Duration) -> Engine {
     let (events, _writer) = EventLog::spawn(app.db.clone());
-    Engine::new(app.db.clone(), EngineSettings { lease, key_ttl: Duration::from_secs(86_400) }, events)
+    Engine::new(app.db.clone(), EngineSettings { lease, ..EngineSettings::default() }, events)
 }
 
 /// Claims `key` for the customer of `api_key` with the API's own payment `body`, as

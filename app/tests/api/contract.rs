@@ -443,6 +443,9 @@ async fn metrics_count_events_and_gateway_latency() {
             .unwrap();
         assert!(count >= 1, "{series}{count}");
     }
-    assert!(text.contains("payonce_gateway_request_duration_seconds_bucket{outcome=\"succeeded\""), "{text}");
+    assert!(
+        text.contains("payonce_gateway_request_duration_seconds_bucket{call=\"create\",outcome=\"succeeded\""),
+        "{text}"
+    );
     assert!(text.contains("payonce_sweeps_total"), "{text}");
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use payonce::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig};
 use payonce::gateway::Gateway;
-use payonce::idempotency::{Engine, EngineSettings, EventLog};
+use payonce::idempotency::{Backoff, Budget, Engine, EngineSettings, EventLog, Horizon};
 use payonce::server::Server;
 use payonce::simulator::{self, RunningSimulator};
 use payonce::sweeper::{Sweeper, SweeperSettings};
@@ -142,12 +142,17 @@ impl TestDatabase {
     }
 
     /// An engine and a sweeper of our own on this database, charging through `sim_url`: a second
-    /// worker racing the server's.
-    pub fn sweeper(&self, sim_url: &str, owner: &str, settings: SweeperSettings) -> Sweeper {
+    /// worker racing the server's, with the engine `settings` (its budget and horizon).
+    pub fn sweeper(&self, sim_url: &str, owner: &str, settings: EngineSettings) -> Sweeper {
+        self.sweeper_with(sim_url, owner, settings, Duration::from_secs(10))
+    }
+
+    /// [`Self::sweeper`] with another gateway timeout.
+    pub fn sweeper_with(&self, sim_url: &str, owner: &str, settings: EngineSettings, timeout: Duration) -> Sweeper {
         let (events, _writer) = EventLog::spawn(self.pool.clone());
-        let engine = Engine::new(self.pool.clone(), EngineSettings::default(), events);
-        let gateway = Gateway::new(SIM_SECRET_KEY, Some(sim_url), Duration::from_secs(10)).expect("a gateway");
-        Sweeper::new(engine, gateway, settings, owner.to_owned())
+        let engine = Engine::new(self.pool.clone(), settings, events);
+        let gateway = Gateway::new(SIM_SECRET_KEY, Some(sim_url), timeout).expect("a gateway");
+        Sweeper::new(engine, gateway, SweeperSettings::default(), owner.to_owned())
     }
 }
 
@@ -209,6 +214,38 @@ impl Ledger {
         let response =
             self.client.put(format!("{}_sim/faults", self.sim_url)).json(&faults).send().await.expect("set faults");
         assert_eq!(response.status(), StatusCode::OK, "faults refused: {}", response.text().await.unwrap_or_default());
+    }
+
+    /// Replaces the simulator's settings (`processing_ms`, the webhook delivery policy).
+    pub async fn set_settings(&self, settings: Value) {
+        let response = self
+            .client
+            .put(format!("{}_sim/settings", self.sim_url))
+            .json(&settings)
+            .send()
+            .await
+            .expect("set settings");
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "settings refused: {}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+
+    /// A control call: `POST /_sim/{path}` with a JSON body; returns the JSON answer.
+    pub async fn control(&self, path: &str, body: Value) -> Value {
+        let response =
+            self.client.post(format!("{}_sim/{path}", self.sim_url)).json(&body).send().await.expect("control call");
+        assert_eq!(response.status(), StatusCode::OK, "{path}: {}", response.text().await.unwrap_or_default());
+        response.json().await.expect("JSON")
+    }
+
+    /// Every event the simulator emitted, with its deliveries.
+    pub async fn events(&self) -> Vec<Value> {
+        let events: Value =
+            self.client.get(format!("{}_sim/events", self.sim_url)).send().await.unwrap().json().await.unwrap();
+        events["events"].as_array().cloned().expect("an events array")
     }
 }
 
@@ -325,6 +362,19 @@ pub struct Options {
     pub database_server: Option<String>,
     /// Mount the benchmark-only routes.
     pub bench_routes: bool,
+    /// The retry budget. By default no backoff at all ([`no_backoff`]), so that tests not about
+    /// timing may retry at once; the budget tests set their own.
+    pub budget: Budget,
+    pub horizon: Horizon,
+    /// `STRIPE_WEBHOOK_SECRET`.
+    pub webhook_secret: Option<String>,
+    /// The secret key payonce gives the gateway (the simulator accepts any `sk_…`).
+    pub stripe_secret_key: &'static str,
+}
+
+/// The budget with production's `max_attempts` and no waiting between attempts.
+pub fn no_backoff() -> Budget {
+    Budget { backoff: Backoff { base: Duration::ZERO, cap: Duration::ZERO }, ..Budget::default() }
 }
 
 impl Default for Options {
@@ -337,6 +387,10 @@ impl Default for Options {
             sweeper: SweeperSettings { interval: Duration::from_secs(3600), ..SweeperSettings::default() },
             database_server: None,
             bench_routes: false,
+            budget: no_backoff(),
+            horizon: Horizon::default(),
+            webhook_secret: None,
+            stripe_secret_key: SIM_SECRET_KEY,
         }
     }
 }
@@ -379,14 +433,20 @@ impl TestApp {
                 local_dir: ".payonce".into(),
                 pool_size: 10,
             },
-            engine: EngineSettings { lease: options.lease, key_ttl: options.key_ttl },
+            engine: EngineSettings {
+                lease: options.lease,
+                key_ttl: options.key_ttl,
+                budget: options.budget,
+                horizon: options.horizon,
+            },
             gateway: GatewayConfig {
                 stripe: sim.as_ref().map(|sim| StripeConfig {
-                    secret_key: Secret::new(SIM_SECRET_KEY),
+                    secret_key: Secret::new(options.stripe_secret_key),
                     api_base: Some(sim.base_url()),
                 }),
                 simulator_addr: "127.0.0.1:0".parse().unwrap(),
                 timeout: options.gateway_timeout,
+                webhook_secret: options.webhook_secret.map(Secret::new),
             },
             sweeper: options.sweeper,
             bench_routes: options.bench_routes,

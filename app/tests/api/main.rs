@@ -4,6 +4,7 @@
 
 mod admin;
 mod browser;
+mod budget;
 mod chromium;
 mod concurrency;
 mod contract;
@@ -11,7 +12,11 @@ mod crash;
 mod helpers;
 mod keys;
 mod outage;
+mod pending;
+mod reconcile;
 mod recovery;
+mod refusals;
 mod scoping;
 mod shop;
 mod sweeper;
+mod webhooks;

@@ -1,10 +1,10 @@
-//! The sweeper: abandoned keys are finished, hopeless ones given up, expired ones reaped; any
+//! The sweeper: abandoned keys are finished, spent ones reconciled, expired ones reaped; any
 //! number of sweepers and clients may race for a key and exactly one wins.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use payonce::idempotency::Backoff;
+use payonce::idempotency::{Backoff, Budget, EngineSettings};
 use payonce::sweeper::SweeperSettings;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -12,14 +12,21 @@ use tokio::sync::Barrier;
 
 use crate::helpers::{Options, TestApp, assert_problem, new_key, parts, payment};
 
-/// Sweeper settings for tests: no waiting between attempts.
-fn eager(max_attempts: i32) -> SweeperSettings {
-    SweeperSettings {
-        interval: Duration::from_millis(100),
-        max_attempts,
-        backoff: Backoff { base: Duration::from_millis(1), cap: Duration::from_millis(1) },
-        ..SweeperSettings::default()
+/// Engine settings for a test's own sweeper: no waiting between attempts.
+fn eager(max_attempts: i32) -> EngineSettings {
+    EngineSettings {
+        budget: Budget {
+            max_attempts,
+            backoff: Backoff { base: Duration::from_millis(1), cap: Duration::from_millis(1) },
+            ..Budget::default()
+        },
+        ..EngineSettings::default()
     }
+}
+
+/// The in-server sweeper, passing every 100 ms.
+fn every_100ms() -> SweeperSettings {
+    SweeperSettings { interval: Duration::from_millis(100), ..SweeperSettings::default() }
 }
 
 /// Leaves `key` abandoned at `payment_created`: the gateway fails once, the client gets its 503
@@ -55,7 +62,7 @@ async fn sweeper_completes_abandoned_work() {
 /// The sweeper inside `payonce serve` does the same on its own schedule.
 #[tokio::test]
 async fn the_servers_own_sweeper_completes_abandoned_work() {
-    let app = TestApp::spawn_with(Options { sweeper: eager(5), ..Default::default() }).await;
+    let app = TestApp::spawn_with(Options { sweeper: every_100ms(), ..Default::default() }).await;
     let api_key = app.customer("acme").await;
     let key = new_key();
     abandon(&app, &api_key, &key).await;
@@ -153,11 +160,13 @@ async fn a_client_retry_racing_the_completer_has_one_winner() {
     }
 }
 
-/// A key whose gateway never answers is given up after `max_attempts`: `failed`, with a stored
-/// 502 that every retry gets, and its payment marked failed. Never `processing` forever.
+/// A key whose gateway never answers is not given up by guessing: past `max_attempts` the
+/// sweeper stops charging it as a retry and reconciles it instead, asking the gateway again
+/// with the same downstream key each pass (no `failed`, no stored answer), and clients are told
+/// payonce is confirming the outcome. Once the gateway answers, that answer is the key's.
 #[tokio::test]
-async fn hopeless_keys_are_given_up_not_left_processing() {
-    let app = TestApp::spawn().await;
+async fn spent_keys_are_reconciled_not_given_up() {
+    let app = TestApp::spawn_with(Options { budget: eager(3).budget, ..Default::default() }).await;
     let api_key = app.customer("acme").await;
     let key = new_key();
     app.set_faults(json!({"fail_rate": 1.0})).await;
@@ -165,30 +174,37 @@ async fn hopeless_keys_are_given_up_not_left_processing() {
     assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
 
     let sweeper = app.database.sweeper(&app.sim_url, "sweeper:test", eager(3));
-    let mut passes = Vec::new();
-    while app.database.key_state(&key).await.unwrap().0 == "processing" {
-        assert!(passes.len() < 10, "never given up: {passes:?}");
+    for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        passes.push(sweeper.sweep().await);
+        let report = sweeper.sweep().await;
+        assert_eq!((report.retried, report.failed, report.errors), (1, 0, 0), "{report:?}");
     }
-
-    assert_eq!(passes.iter().map(|r| r.retried).sum::<usize>(), 2, "attempts 2 and 3 by the sweeper: {passes:?}");
-    assert_eq!(passes.last().unwrap().failed, 1);
     let (state, _, _, attempts) = app.database.key_state(&key).await.unwrap();
-    assert_eq!((state.as_str(), attempts), ("failed", 4));
-    let retry = app.post_payment(&api_key, Some(&key), &payment(500)).send().await.unwrap();
-    assert_eq!(retry.headers()["idempotent-replayed"], "true");
-    let problem = assert_problem(retry, StatusCode::BAD_GATEWAY, "payment-abandoned").await;
-    assert!(problem["payment"].as_str().unwrap().starts_with("pay_"));
-    let status: String = sqlx::query_scalar("select status from payments").fetch_one(&app.db).await.unwrap();
-    assert_eq!(status, "failed");
+    assert_eq!((state.as_str(), attempts), ("processing", 7), "two retries, then four reconciliations");
     let kinds = app.event_kinds(&key).await;
-    let failed = kinds.iter().position(|k| k == "failed").expect("a failed event");
-    assert!(
-        kinds[failed + 1..].iter().all(|k| k == "replayed"),
-        "nothing happens to a failed key but replays: {kinds:?}"
-    );
-    assert!(app.charges().await.is_empty());
+    assert_eq!(kinds.iter().filter(|k| *k == "reconciled").count(), 4, "{kinds:?}");
+    let details: Vec<serde_json::Value> =
+        sqlx::query_scalar("select detail from idempotency_events where kind = 'reconciled' order by id")
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert!(details.iter().all(|d| d["method"] == "replay" && d["answer"] == "unavailable"), "{details:?}");
+
+    // The client's own budget is spent too: it is told to wait, not sent to the gateway.
+    let retry = app.post_payment(&api_key, Some(&key), &payment(500)).send().await.unwrap();
+    let problem = assert_problem(retry, StatusCode::CONFLICT, "idempotency-key-in-use").await;
+    assert_eq!(problem["reason"], "reconciling");
+    assert!(problem["detail"].as_str().unwrap().contains("confirming the outcome"), "{problem}");
+
+    app.set_faults(json!({})).await;
+    let report = sweeper.sweep().await;
+    assert_eq!(report.completed, 1, "{report:?}");
+    let (status, headers, body) =
+        parts(app.post_payment(&api_key, Some(&key), &payment(500)).send().await.unwrap()).await;
+    assert_eq!((status, &headers["idempotent-replayed"]), (StatusCode::CREATED, &"true".parse().unwrap()));
+    assert_eq!(app.charges_for(&key).await.len(), 1);
+    assert_eq!(app.charges_for(&key).await[0]["payment_intent"], body["payment_intent"]);
+    assert!(!app.event_kinds(&key).await.contains(&"failed".to_owned()));
 }
 
 /// Final keys are deleted once expired (in small batches); their payments stay; the deletion is

@@ -7,7 +7,7 @@ use serde_json::json;
 use stripe::ApiErrorsType;
 
 use super::{API_KEY, PAYMENT_FORM, Response, TestSim, stripe_error};
-use crate::simulator::{Charge, Faults, FaultsError};
+use crate::simulator::{Charge, Faults, FaultsError, Refund};
 
 async fn put_faults(sim: &TestSim, body: &str) -> Response {
     Response::send(sim.request(Method::PUT, "_sim/faults").body(body.to_owned())).await
@@ -112,4 +112,51 @@ async fn reset_during_a_request_executes_nothing() {
     assert!(sim.sim().charges().is_empty());
     sim.pay("pm_card_visa", "order-1").await.expect("the key is free");
     assert_eq!(sim.sim().charges().len(), 1);
+}
+
+/// `GET /_sim/refunds` is the refund ledger, and `/_sim/charges` shows what each charge had
+/// refunded: the two an audit needs to prove "never more refunded than charged".
+#[tokio::test]
+async fn refunds_endpoint_lists_the_refund_ledger() {
+    let sim = TestSim::start().await;
+    let paid = sim.post_form(Some("order-1"), PAYMENT_FORM).await;
+    let id = paid.body["id"].as_str().expect("a PaymentIntent");
+    let refund = sim
+        .request(Method::POST, "v1/refunds")
+        .bearer_auth(API_KEY)
+        .header("Idempotency-Key", "refund-1")
+        .form(&[("payment_intent", id), ("amount", "200"), ("reason", "requested_by_customer")]);
+    assert_eq!(Response::send(refund).await.status, 200);
+
+    let body = Response::send(sim.request(Method::GET, "_sim/refunds")).await.body;
+    let refunds: Vec<Refund> = serde_json::from_value(body["refunds"].clone()).expect("refunds");
+    assert_eq!(refunds, sim.sim().refunds());
+    assert_eq!((refunds[0].amount, refunds[0].reason.as_deref()), (200, Some("requested_by_customer")));
+    let charges = Response::send(sim.request(Method::GET, "_sim/charges")).await.body;
+    assert_eq!(charges["charges"][0]["amount_refunded"], 200);
+}
+
+/// Settings round-trip and are validated like faults; webhook faults are validated too.
+#[tokio::test]
+async fn settings_and_webhook_faults_are_validated() {
+    let sim = TestSim::start().await;
+
+    let set = Response::send(sim.request(Method::PUT, "_sim/settings").body(r#"{"processing_ms": 10}"#)).await;
+    assert_eq!(
+        (set.status, set.body["processing_ms"].as_u64(), set.body["webhook_max_attempts"].as_u64()),
+        (200, Some(10), Some(6))
+    );
+    for (path, body, expected) in [
+        ("_sim/settings", r#"{"webhook_max_attempts": 0}"#, "webhook_max_attempts must be between 1 and 20"),
+        ("_sim/settings", r#"{"processing": 1}"#, "unknown field `processing`"),
+        ("_sim/faults", r#"{"webhook_drop_rate": 2}"#, "webhook_drop_rate must be a probability"),
+        ("_sim/faults", r#"{"operations": []}"#, "operations must not be empty"),
+        ("_sim/faults", r#"{"operations": ["capture"]}"#, "unknown variant `capture`"),
+    ] {
+        let response = Response::send(sim.request(Method::PUT, path).body(body.to_owned())).await;
+        assert_eq!(response.status, 400, "{body}");
+        let message = response.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(expected), "{body}: {message}");
+    }
+    assert_eq!(sim.sim().settings().processing_ms, 10, "a refused value changes nothing");
 }

@@ -137,3 +137,23 @@ async fn next_calls_limits_faults_then_clears_them() {
     sim.pay("pm_card_visa", "c").await.expect("no fault left");
     assert_eq!(sim.sim().charges().len(), 1);
 }
+
+/// Faults scoped to reads strike retrieves (a 500 that changes nothing) and leave creates alone;
+/// faults scoped to creates leave reads working, so reconciliation can ask during an outage.
+#[tokio::test]
+async fn faults_scoped_to_operations() {
+    let sim = TestSim::start().await;
+    let intent = sim.pay("pm_card_visa", "order-1").await.expect("paid");
+    let client = sim.stripe();
+    let request = stripe_core::payment_intent::RetrievePaymentIntent::new(intent.id.clone());
+    let retrieve = || request.send(&client);
+
+    sim.set_faults(json!({"fail_rate": 1.0, "operations": ["read"]})).await;
+    assert_eq!(stripe_error(retrieve().await, 500).type_, ApiErrorsType::ApiError);
+    assert!(sim.pay("pm_card_visa", "order-2").await.is_ok(), "creates are out of scope");
+
+    sim.set_faults(json!({"fail_rate": 1.0, "operations": ["create_payment_intent"]})).await;
+    assert_eq!(retrieve().await.expect("reads are out of scope").id, intent.id);
+    stripe_error(sim.pay("pm_card_visa", "order-3").await, 500);
+    assert_eq!(sim.sim().charges().len(), 2);
+}

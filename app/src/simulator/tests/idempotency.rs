@@ -37,6 +37,7 @@ async fn declines_are_saved_and_replayed() {
         ("currency", "usd"),
         ("confirm", "true"),
         ("payment_method", "pm_card_chargeDeclinedFraudulent"),
+        ("payment_method_types[]", "card"),
     ];
 
     let first = sim.post_form(Some("declined"), &form).await;
