@@ -191,6 +191,9 @@ mod tests {
         assert_eq!(IdempotencyKey::parse(b"ab\x01c"), Err(KeyError::NotPrintable));
         assert_eq!(IdempotencyKey::parse("cl\u{e9}".as_bytes()), Err(KeyError::NotPrintable));
         assert_eq!(IdempotencyKey::parse(b"a\tb"), Err(KeyError::NotPrintable));
+        // NUL, which PostgreSQL cannot store, in either form (hyper refuses it in a header first).
+        assert_eq!(IdempotencyKey::parse(b"a\0b"), Err(KeyError::NotPrintable));
+        assert_eq!(IdempotencyKey::parse(b"\"a\0b\""), Err(KeyError::NotPrintable));
         assert!(matches!(parse(r#""unterminated"#), Err(KeyError::Malformed(_))));
         assert!(matches!(parse(r#""bad \n escape""#), Err(KeyError::Malformed(_))));
         assert!(matches!(parse(r#""a", "b""#), Err(KeyError::Malformed(_))));
