@@ -159,11 +159,6 @@ impl Failure {
             _ => Self::Bug,
         }
     }
-
-    /// Whether retrying the same request later can succeed.
-    pub fn is_transient(self) -> bool {
-        matches!(self, Self::Unavailable | Self::Busy)
-    }
 }
 
 /// Whether PostgreSQL can store `text` in a `text` or `jsonb` column: not if it holds a NUL
