@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{DatabaseConfig, GatewayConfig, Secret, ServeConfig, StripeConfig, WebConfig, owner_name};
+use crate::config::{
+    DatabaseConfig, GatewayConfig, HttpConfig, Secret, ServeConfig, StripeConfig, WebConfig, default_password_checks,
+    owner_name,
+};
 use crate::db::Database;
 use crate::gateway::Gateway;
 use crate::idempotency::{Backoff, Budget, Engine, EngineSettings, EventLog, Horizon};
@@ -90,6 +93,16 @@ struct DatabaseArgs {
     /// Most database connections to open.
     #[arg(long, env = "PAYONCE_DB_POOL_SIZE", default_value_t = 16)]
     db_pool_size: u32,
+
+    /// A statement running longer is cancelled (503, retry): PostgreSQL's statement_timeout on
+    /// every pooled connection. 0: none. Keep it below the gateway timeout.
+    #[arg(long, env = "PAYONCE_DB_STATEMENT_TIMEOUT_SECS", default_value_t = 5)]
+    db_statement_timeout_secs: u64,
+
+    /// A statement waiting longer for a lock gives up (503, retry): lock_timeout on every pooled
+    /// connection. 0: none.
+    #[arg(long, env = "PAYONCE_DB_LOCK_TIMEOUT_SECS", default_value_t = 2)]
+    db_lock_timeout_secs: u64,
 }
 
 #[derive(Debug, Args)]
@@ -112,6 +125,31 @@ struct ServeArgs {
 
     #[command(flatten)]
     web: WebArgs,
+
+    #[command(flatten)]
+    http: HttpArgs,
+}
+
+/// The listener's limits (docs/operations.md, "Limits and timeouts").
+#[derive(Debug, Args)]
+struct HttpArgs {
+    /// Most connections open at once; more wait in the kernel's queue. Lowered at start if the
+    /// file-descriptor limit (ulimit -n) cannot hold them.
+    #[arg(long, env = "PAYONCE_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+
+    /// Seconds a client has to send a complete request head (from its first byte; for a new
+    /// connection, from the connection's start). Slower connections are closed.
+    #[arg(long, env = "PAYONCE_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    header_read_timeout_secs: u64,
+
+    /// Seconds a client has to send a request body, from the end of its head (408 after).
+    #[arg(long, env = "PAYONCE_BODY_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout_secs: u64,
+
+    /// Seconds a kept-alive connection may wait for its next request before it is closed.
+    #[arg(long, env = "PAYONCE_IDLE_TIMEOUT_SECS", default_value_t = 75, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout_secs: u64,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +162,15 @@ struct WebArgs {
     /// Minutes without a click after which an operator is signed out of the dashboard.
     #[arg(long, env = "PAYONCE_ADMIN_IDLE_MINS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=1440))]
     admin_idle_mins: u64,
+
+    /// Sign-in passwords checked at once (each takes 19 MiB and tens of ms of CPU). Default: the
+    /// number of cores.
+    #[arg(long, env = "PAYONCE_PASSWORD_CHECKS", value_parser = clap::value_parser!(u64).range(1..=256))]
+    password_checks: Option<u64>,
+
+    /// Seconds a sign-in waits for its turn to be checked before it is answered 429.
+    #[arg(long, env = "PAYONCE_PASSWORD_CHECK_WAIT_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+    password_check_wait_secs: u64,
 }
 
 #[derive(Debug, Args)]
@@ -258,6 +305,8 @@ impl DatabaseArgs {
             url: self.database_url.clone().filter(|url| !url.is_empty()).map(Secret::new),
             local_dir: self.data_dir.clone(),
             pool_size: self.db_pool_size,
+            statement_timeout: Duration::from_secs(self.db_statement_timeout_secs),
+            lock_timeout: Duration::from_secs(self.db_lock_timeout_secs),
         }
     }
 }
@@ -326,6 +375,14 @@ impl ServeArgs {
             web: WebConfig {
                 secure_cookies: self.web.secure_cookies,
                 admin_idle: Duration::from_secs(self.web.admin_idle_mins * 60),
+                password_checks: self.web.password_checks.map_or_else(default_password_checks, |n| n as usize),
+                password_check_wait: Duration::from_secs(self.web.password_check_wait_secs),
+            },
+            http: HttpConfig {
+                max_connections: self.http.max_connections as usize,
+                header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
+                body_timeout: Duration::from_secs(self.http.body_timeout_secs),
+                idle_timeout: Duration::from_secs(self.http.idle_timeout_secs),
             },
         }
     }

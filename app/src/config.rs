@@ -21,6 +21,35 @@ pub struct ServeConfig {
     /// benchmark. Off by default; never on in production.
     pub bench_routes: bool,
     pub web: WebConfig,
+    pub http: HttpConfig,
+}
+
+/// How the HTTP listener protects itself ([`crate::listener`]). Every limit, what it defaults
+/// to and what a client sees when it is hit: docs/operations.md, "Limits and timeouts".
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// The most connections open at once; the listener stops accepting at the cap (new ones wait
+    /// in the kernel's queue). Clamped below the file-descriptor limit at start.
+    pub max_connections: usize,
+    /// A request head (request line and headers) must arrive completely within this, counted
+    /// from its first byte, or from the connection's start for its first request.
+    pub header_read_timeout: Duration,
+    /// A request body must arrive completely within this, counted from the end of its head.
+    pub body_timeout: Duration,
+    /// A kept-alive connection with no request in flight is closed after this long without a
+    /// new one.
+    pub idle_timeout: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_read_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
+        }
+    }
 }
 
 /// The browser-facing side: the admin dashboard and the shop ([`crate::web`]).
@@ -33,12 +62,27 @@ pub struct WebConfig {
     /// An operator is signed out after this long without using the dashboard. The dashboard's
     /// own live refresh does not count as use.
     pub admin_idle: Duration,
+    /// How many sign-in passwords are checked at once. Each argon2 check holds 19 MiB for tens of
+    /// milliseconds of CPU: more than the cores can run only adds memory.
+    pub password_checks: usize,
+    /// How long a sign-in waits for its turn to be checked before it is answered 429.
+    pub password_check_wait: Duration,
 }
 
 impl Default for WebConfig {
     fn default() -> Self {
-        Self { secure_cookies: false, admin_idle: Duration::from_secs(30 * 60) }
+        Self {
+            secure_cookies: false,
+            admin_idle: Duration::from_secs(30 * 60),
+            password_checks: default_password_checks(),
+            password_check_wait: Duration::from_secs(5),
+        }
     }
+}
+
+/// One password check per core.
+pub fn default_password_checks() -> usize {
+    std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
 }
 
 /// Where the data lives.
@@ -50,6 +94,12 @@ pub struct DatabaseConfig {
     pub local_dir: PathBuf,
     /// The most connections the pool opens.
     pub pool_size: u32,
+    /// `statement_timeout` of every pooled connection (zero: none). Below the gateway timeout, so
+    /// that a stuck statement ends as a 503 long before a client gives up.
+    pub statement_timeout: Duration,
+    /// `lock_timeout` of every pooled connection (zero: none): a statement waiting this long for
+    /// a lock gives up, so waiters cannot drain the pool behind one long lock.
+    pub lock_timeout: Duration,
 }
 
 /// How payments reach the gateway.

@@ -10,6 +10,7 @@
 //! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim
 //! config         runtime configuration resolved from flags and environment
 //! server         `payonce serve`: startup and orderly shutdown of everything below
+//! listener       the HTTP/1.1 accept loop: connection cap, header, idle and body timeouts
 //! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
 //! metrics        Prometheus counters and histograms (`GET /metrics`)
 //! db             the connection pool, migrations, and the zero-config local PostgreSQL
@@ -36,8 +37,9 @@
 //! sweeper        the background worker: completes abandoned keys, reconciles spent keys and
 //!                pending payments, deletes expired keys
 //! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
-//! http           the axum application: routes, extractors, RFC 9457 problem responses,
-//!                and `POST /webhooks/stripe` (the signature checked, then payments::webhook)
+//! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
+//!                problem responses, and `POST /webhooks/stripe` (the signature checked, then
+//!                payments::webhook)
 //! web            what the HTML side shares: sessions, CSRF, flash messages, assets
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
 //! shop           a demo shop at / with a double-click-proof checkout
@@ -75,6 +77,7 @@ pub mod failpoint;
 pub mod gateway;
 pub mod http;
 pub mod idempotency;
+pub mod listener;
 pub mod metrics;
 pub mod payments;
 pub mod server;

@@ -9,17 +9,22 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{ServeConfig, owner_name};
+use crate::config::{HttpConfig, ServeConfig, owner_name};
 use crate::customers::Authenticator;
 use crate::db::{Database, OpenError};
 use crate::gateway::Gateway;
 use crate::http::{self, AppState};
 use crate::idempotency::{Engine, EventLog};
+use crate::listener::{self, FdBudget};
 use crate::simulator::{self, RunningSimulator};
 use crate::sweeper::{Sweeper, SweeperSettings};
 
 /// The secret key payonce gives async-stripe when it talks to its own simulator.
 const SIMULATOR_SECRET_KEY: &str = "sk_test_payonce_simulator";
+
+/// File descriptors the listener leaves to everything but its connections (and the pool's):
+/// listeners, logs, the runtime, the simulator's control client.
+const RESERVED_FDS: u64 = 64;
 
 /// How often expired dashboard and shop sessions are deleted.
 const SESSION_CLEANUP: std::time::Duration = std::time::Duration::from_secs(5 * 60);
@@ -51,6 +56,9 @@ pub struct Server {
     state: AppState,
     sweeper: SweeperSettings,
     bench_routes: bool,
+    http: HttpConfig,
+    /// What the listener may not spend of the file-descriptor limit.
+    fds: FdBudget,
     database: Database,
     simulator: Option<RunningSimulator>,
     event_writer: JoinHandle<()>,
@@ -111,11 +119,17 @@ impl Server {
             web,
             webhook_secret: webhook_secret.map(Arc::new),
         };
+        let fds = FdBudget {
+            reserved: RESERVED_FDS + u64::from(config.database.pool_size),
+            per_connection: if simulator.is_some() { 3 } else { 2 },
+        };
         Ok(Self {
             listener,
             state,
             sweeper: config.sweeper,
             bench_routes: config.bench_routes,
+            http: config.http,
+            fds,
             database,
             simulator,
             event_writer,
@@ -135,7 +149,7 @@ impl Server {
     /// Serves (and sweeps) until `shutdown` resolves, lets in-flight requests and the current
     /// sweep finish, then stops everything this server started.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, state, sweeper, bench_routes, database, simulator, event_writer } = self;
+        let Self { listener, state, sweeper, bench_routes, http, fds, database, simulator, event_writer } = self;
         let (stop, stopping) = watch::channel(false);
         tokio::spawn(async move {
             shutdown.await;
@@ -147,9 +161,8 @@ impl Server {
         let sessions = crate::web::session::spawn_cleanup(state.engine.pool(), SESSION_CLEANUP);
 
         tracing::info!(addr = %listener.local_addr()?, "payonce is listening");
-        // With the peer's address in every request: the admin login's rate limit keys on it.
-        let app = http::router(state, bench_routes).into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(listener, app).with_graceful_shutdown(stopped(stopping)).await;
+        let app = http::router(state, bench_routes);
+        let served = listener::serve(listener, app, &http, fds, stopped(stopping)).await;
         sessions.abort();
         let _ = sweeper.await;
         // The router and the sweeper (and with them the last handles on the event log) are gone:

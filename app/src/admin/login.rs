@@ -1,6 +1,7 @@
 //! `/admin/login` and `/admin/logout`.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use askama::Template;
 use axum::extract::{ConnectInfo, FromRequestParts, Query, State};
@@ -12,7 +13,8 @@ use axum::{Form, Router};
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::{OPERATOR, accounts, is_local};
+use super::accounts::{self, Admission, Verdict};
+use super::{OPERATOR, is_local};
 use crate::http::AppState;
 use crate::web::csrf;
 use crate::web::flash::{self, Flash};
@@ -56,18 +58,27 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
 }
 
 /// `GET /admin/login`.
-async fn show(session: Session, Query(query): Query<LoginQuery>) -> Result<Response, WebError> {
+async fn show(
+    session: Session,
+    anonymous: csrf::Anonymous,
+    Query(query): Query<LoginQuery>,
+) -> Result<Response, WebError> {
     if session.get::<String>(OPERATOR).await?.is_some() {
         return Ok(Redirect::to("/admin").into_response());
     }
     let page = LoginPage {
-        csrf: csrf::token(&session).await?,
+        csrf: anonymous.token(),
         name: String::new(),
-        next: query.next,
+        next: local_next(&query.next),
         message: query.signed_out.map(|_| "You are signed out.".to_owned()),
         level: "success",
     };
     page::render(StatusCode::OK, &page)
+}
+
+/// `next` if it is a dashboard path to return to, else nothing.
+fn local_next(next: &str) -> String {
+    if is_local(next) { next.to_owned() } else { String::new() }
 }
 
 #[derive(Deserialize)]
@@ -82,30 +93,48 @@ struct LoginForm {
 async fn login(
     State(state): State<AppState>,
     session: Session,
+    anonymous: csrf::Anonymous,
     ClientIp(client_ip): ClientIp,
     Form(form): Form<LoginForm>,
 ) -> Result<Response, WebError> {
     let pool = state.engine.pool();
     // Names are lowercase; keep what is recorded for the rate limit short whatever was typed.
     let name: String = form.name.trim().to_lowercase().chars().take(64).collect();
-    if let Some(wait) = accounts::blocked_for(pool, &name, &client_ip).await? {
-        tracing::warn!(name, client_ip, "admin login refused: too many failures");
-        let minutes = wait.as_secs().div_ceil(60);
-        let mut response = again(
-            &session,
-            &name,
-            form.next,
-            format!("Too many failed sign-ins. Try again in {minutes} minute{}.", if minutes == 1 { "" } else { "s" }),
-            StatusCode::TOO_MANY_REQUESTS,
-        )
-        .await?;
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
-        return Ok(response);
-    }
-    if !accounts::verify(pool, &name, &form.password).await? {
-        accounts::record_failure(pool, &name, &client_ip).await?;
-        tracing::info!(name, client_ip, "admin login failed");
-        return again(&session, &name, form.next, "Wrong name or password.".to_owned(), StatusCode::UNAUTHORIZED).await;
+    let next = local_next(&form.next);
+    let attempt = match accounts::admit(pool, &name, &client_ip).await? {
+        Admission::Admitted(attempt) => attempt,
+        Admission::Refused { retry_after } => {
+            tracing::warn!(name, client_ip, "admin login refused: too many failures");
+            let minutes = retry_after.as_secs().div_ceil(60);
+            let message = format!(
+                "Too many failed sign-ins. Try again in {minutes} minute{}.",
+                if minutes == 1 { "" } else { "s" }
+            );
+            return again(&anonymous, &name, next, message, StatusCode::TOO_MANY_REQUESTS, Some(retry_after));
+        }
+    };
+    let (turns, wait) = (&state.web.password_checks, state.web.config.password_check_wait);
+    match accounts::verify(pool, turns, wait, &name, &form.password).await? {
+        Verdict::Right => {}
+        Verdict::Wrong => {
+            tracing::info!(name, client_ip, "admin login failed");
+            return again(
+                &anonymous,
+                &name,
+                next,
+                "Wrong name or password.".to_owned(),
+                StatusCode::UNAUTHORIZED,
+                None,
+            );
+        }
+        Verdict::Busy => {
+            // The password was not looked at: the attempt does not count against the limit.
+            accounts::cancel(pool, attempt).await?;
+            tracing::warn!(name, client_ip, "admin login refused: too many sign-ins being checked");
+            let message = "The server is busy checking other sign-ins. Try again in a few seconds.".to_owned();
+            let retry_after = wait.max(Duration::from_secs(1));
+            return again(&anonymous, &name, next, message, StatusCode::TOO_MANY_REQUESTS, Some(retry_after));
+        }
     }
     accounts::clear_failures(pool, &name, &client_ip).await?;
     // A new session id at sign-in: an id planted before (session fixation) is worth nothing.
@@ -114,26 +143,25 @@ async fn login(
     csrf::rotate(&session).await?;
     flash::push(&session, Flash::success(format!("Signed in as {name}."))).await?;
     tracing::info!(name, client_ip, "admin signed in");
-    let next = if is_local(&form.next) { form.next.as_str() } else { "/admin" };
-    Ok(Redirect::to(next).into_response())
+    Ok(Redirect::to(if next.is_empty() { "/admin" } else { &next }).into_response())
 }
 
-/// The login form again, with what went wrong.
-async fn again(
-    session: &Session,
+/// The login form again, with what went wrong (and when to try again).
+fn again(
+    anonymous: &csrf::Anonymous,
     name: &str,
     next: String,
     message: String,
     status: StatusCode,
+    retry_after: Option<Duration>,
 ) -> Result<Response, WebError> {
-    let page = LoginPage {
-        csrf: csrf::token(session).await?,
-        name: name.to_owned(),
-        next,
-        message: Some(message),
-        level: "error",
-    };
-    page::render(status, &page)
+    let page =
+        LoginPage { csrf: anonymous.token(), name: name.to_owned(), next, message: Some(message), level: "error" };
+    let mut response = page::render(status, &page)?;
+    if let Some(wait) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
+    }
+    Ok(response)
 }
 
 /// `POST /admin/logout`: the session is deleted from the store, not just forgotten by the browser.

@@ -49,7 +49,8 @@ use crate::web::{csrf, session};
 const OPERATOR: &str = "admin";
 
 /// The dashboard's cookie: sent to `/admin` only, never on a cross-site request.
-const COOKIE: session::Cookie = session::Cookie { name: "payonce_admin", path: "/admin", same_site: SameSite::Strict };
+const COOKIE: session::Cookie =
+    session::Cookie { name: "payonce_admin", path: "/admin", same_site: SameSite::Strict, csrf: "payonce_admin_csrf" };
 
 /// The dashboard's routes, with their session, CSRF and header layers.
 pub fn router(state: &AppState) -> Router<AppState> {
@@ -58,7 +59,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(login::router())
         .merge(pages::router())
         .merge(gateway::router())
-        .layer(axum::middleware::from_fn(csrf::protect))
+        .layer(axum::middleware::from_fn_with_state(
+            csrf::Policy { cookie: COOKIE, secure: config.secure_cookies },
+            csrf::protect,
+        ))
         .layer(session::layer(state.engine.pool(), config, COOKIE, config.admin_idle))
         .layer(axum::middleware::from_fn(page::headers))
 }
@@ -179,9 +183,12 @@ fn parse_customer(s: &str) -> Option<uuid::Uuid> {
     s.strip_prefix("cus_").and_then(|hex| uuid::Uuid::try_parse(hex).ok())
 }
 
-/// Whether `next` is a dashboard path (never another site: `//evil` or `/\evil` are refused).
+/// Whether `next` is a dashboard path to return to: a relative path under `/admin` (never another
+/// site: no scheme, no `//evil`, no `/\evil`) of printable ASCII without spaces, so that it is
+/// always a valid `Location` header (a control character in it was once a 500).
 fn is_local(next: &str) -> bool {
-    next.starts_with("/admin") && !next.contains("//") && !next.contains('\\')
+    let under_admin = next == "/admin" || next.starts_with("/admin/") || next.starts_with("/admin?");
+    under_admin && !next.contains("//") && !next.contains('\\') && next.bytes().all(|b| b.is_ascii_graphic())
 }
 
 #[cfg(test)]
@@ -197,5 +204,10 @@ mod tests {
         assert!(!is_local("/admin//evil.example"));
         assert!(!is_local("/admin\\evil"));
         assert!(!is_local("/v1/payments"));
+        assert!(!is_local("/adminx"));
+        for control in ["/admin\u{1}", "/admin\r\nSet-Cookie: x", "/admin\u{7f}", "/admin/k\u{e9}ys", "/admin/ keys"] {
+            assert!(!is_local(control), "{control:?}");
+        }
+        assert!(is_local("/admin") && is_local("/admin?state=stuck"));
     }
 }

@@ -4,9 +4,9 @@ pub mod local;
 
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::config::DatabaseConfig;
 use local::{LocalPostgres, LocalPostgresError};
@@ -54,7 +54,7 @@ impl Database {
             if let Some(local) = &local {
                 create_database_if_missing(local).await.map_err(OpenError::Connect)?;
             }
-            connect_and_migrate(&url, config.pool_size).await
+            connect_and_migrate(&url, config).await
         };
         match opened.await {
             Ok(pool) => Ok(Self { pool, local }),
@@ -81,24 +81,94 @@ impl Database {
     }
 }
 
-async fn connect_and_migrate(url: &str, size: u32) -> Result<PgPool, OpenError> {
-    let pool = connect(url, size).await.map_err(OpenError::Connect)?;
-    MIGRATOR.run(&pool).await?;
-    Ok(pool)
+async fn connect_and_migrate(url: &str, config: &DatabaseConfig) -> Result<PgPool, OpenError> {
+    let options: PgConnectOptions = url.parse().map_err(OpenError::Connect)?;
+    let options = options.application_name("payonce");
+    // Migrations run on a connection of their own, without the pool's timeouts: a migration may
+    // rightly take long, and sqlx serialises concurrent migrators with an advisory lock that a
+    // second server starting at the same time must be able to wait for.
+    let mut migrator = PgConnection::connect_with(&options).await.map_err(OpenError::Connect)?;
+    let migrated = MIGRATOR.run(&mut migrator).await;
+    let _ = migrator.close().await;
+    migrated?;
+    connect(options, config).await.map_err(OpenError::Connect)
 }
 
-/// A pool of up to `size` connections.
-async fn connect(url: &str, size: u32) -> sqlx::Result<PgPool> {
-    let options: PgConnectOptions = url.parse()?;
+/// A pool of up to `config.pool_size` connections, each with the session settings payonce's
+/// statements are written for.
+async fn connect(options: PgConnectOptions, config: &DatabaseConfig) -> sqlx::Result<PgPool> {
     PgPoolOptions::new()
-        .max_connections(size)
+        .max_connections(config.pool_size)
         .acquire_timeout(ACQUIRE_TIMEOUT)
-        .connect_with(options.application_name("payonce"))
+        .connect_with(options.options(session_settings(config)))
         .await
 }
 
+/// Set at connection start (the startup packet's `options`), so they hold from the first
+/// statement and override whatever the database or role defaults to.
+fn session_settings(config: &DatabaseConfig) -> [(&'static str, String); 3] {
+    [
+        // The claim (INSERT … ON CONFLICT, then a look at the existing row) and every fenced
+        // update are written for READ COMMITTED: under REPEATABLE READ a concurrent conflicting
+        // claim fails with a serialization error (40001) instead of seeing the winner's row.
+        // (A space in `options` separates arguments unless escaped, and sqlx does not escape.)
+        ("default_transaction_isolation", r"read\ committed".to_owned()),
+        ("statement_timeout", config.statement_timeout.as_millis().to_string()),
+        ("lock_timeout", config.lock_timeout.as_millis().to_string()),
+    ]
+}
+
+/// What a database error means for the request that met it. One classification, shared by the
+/// API's problems and the pages' error pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The database is unreachable, starting, shutting down or out of resources. Nothing is wrong
+    /// with the request: retry later.
+    Unavailable,
+    /// A statement or a lock wait ran out of time (`statement_timeout`, `lock_timeout`), or lost
+    /// a deadlock: the database is busy. Retry later.
+    Busy,
+    /// The database refused a value (SQLSTATE class 22, data exception: a NUL byte in text, a
+    /// number out of range, …). The same request fails the same way every time.
+    BadData,
+    /// Anything else: a bug.
+    Bug,
+}
+
+impl Failure {
+    pub fn of(err: &sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Protocol(_) => Self::Unavailable,
+            sqlx::Error::Database(db) => match db.code().as_deref() {
+                // 57014: canceled (statement_timeout); 55P03: lock_not_available (lock_timeout);
+                // 40P01: deadlock detected; 40001: serialization failure.
+                Some("57014" | "55P03" | "40P01" | "40001") => Self::Busy,
+                // Class 08: connection exception; 57P0x: the server is shutting down or starting
+                // up; class 53: insufficient resources (e.g. too many connections).
+                Some(code) if code.starts_with("08") || code.starts_with("57P0") || code.starts_with("53") => {
+                    Self::Unavailable
+                }
+                Some(code) if code.starts_with("22") => Self::BadData,
+                _ => Self::Bug,
+            },
+            _ => Self::Bug,
+        }
+    }
+}
+
+/// Whether PostgreSQL can store `text` in a `text` or `jsonb` column: not if it holds a NUL
+/// character (text refuses the byte, jsonb the `\u0000` escape). Other characters are fine in a
+/// UTF-8 database, and a lone surrogate cannot reach a Rust string.
+pub fn can_store(text: &str) -> bool {
+    !text.contains('\0')
+}
+
 async fn create_database_if_missing(local: &LocalPostgres) -> sqlx::Result<()> {
-    use sqlx::Connection;
     let mut admin = sqlx::PgConnection::connect(&local.url("postgres")).await?;
     let exists: bool = sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
         .bind(LOCAL_DATABASE)

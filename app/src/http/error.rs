@@ -13,6 +13,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::problem::Problem;
+use crate::db::Failure;
 use crate::gateway::GatewayError;
 use crate::gateway::outcome::RefusalReason;
 use crate::idempotency::claim::retry_after as whole_seconds;
@@ -36,6 +37,10 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("the request body did not arrive within the body timeout")]
+    RequestTimeout,
+    #[error("the request body has a Content-Encoding other than identity")]
+    UnsupportedContentEncoding,
     #[error("not found")]
     NotFound,
     #[error("method not allowed")]
@@ -58,6 +63,10 @@ pub enum ApiError {
     WebhooksNotConfigured,
     #[error("database unavailable: {0}")]
     DatabaseUnavailable(sqlx::Error),
+    /// The database refused a value of the request (a data exception that validation at the
+    /// edge should have caught first).
+    #[error("the database refused a value: {0}")]
+    DatabaseRefused(sqlx::Error),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -113,6 +122,19 @@ impl ApiError {
                 "payload-too-large",
                 "Request body too large",
                 format!("The body may be at most {limit} bytes."),
+            ),
+            Self::RequestTimeout => Problem::new(
+                S::REQUEST_TIMEOUT,
+                "request-timeout",
+                "Request timeout",
+                "The request body did not arrive within the server's body timeout; the connection is closed. \
+                 Nothing was processed: send the request again (with the same Idempotency-Key).",
+            ),
+            Self::UnsupportedContentEncoding => Problem::new(
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-content-encoding",
+                "Unsupported content encoding",
+                "Send the body uncompressed, without Content-Encoding (or `Content-Encoding: identity`).",
             ),
             Self::NotFound => Problem::new(S::NOT_FOUND, "not-found", "Not found", "There is nothing at this URL for your API key."),
             Self::MethodNotAllowed => Problem::new(
@@ -194,13 +216,32 @@ impl ApiError {
                 "payonce has no webhook signing secret (STRIPE_WEBHOOK_SECRET), so it cannot verify any event. The event \
                  was not applied; it is accepted once the secret is configured.",
             ),
-            Self::DatabaseUnavailable(_) => Problem::new(
+            Self::DatabaseUnavailable(err) => Problem::new(
                 S::SERVICE_UNAVAILABLE,
                 "service-unavailable",
                 "Service temporarily unavailable",
-                "The database could not be reached. Retry with the same Idempotency-Key; the request resumes where it stopped.",
+                format!(
+                    "{} Retry with the same Idempotency-Key; the request resumes where it stopped.",
+                    match err {
+                        // No pooled connection in time: every one is busy, or none can connect.
+                        sqlx::Error::PoolTimedOut => "The database could not be reached in time.",
+                        err if Failure::of(err) == Failure::Busy => {
+                            "The database did not answer in time (it is busy, or a lock is held too long)."
+                        }
+                        _ => "The database could not be reached.",
+                    }
+                ),
             )
             .with("retry_after", DATABASE_RETRY_AFTER.as_secs()),
+            Self::DatabaseRefused(err) => Problem::new(
+                S::BAD_REQUEST,
+                "invalid-request",
+                "Invalid request",
+                format!(
+                    "The database cannot store a value of this request ({}). Retrying it unchanged fails the same way.",
+                    err.as_database_error().map_or_else(|| err.to_string(), |db| db.message().to_owned())
+                ),
+            ),
             Self::Internal(_) => Problem::new(
                 S::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -224,7 +265,11 @@ impl ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(err: sqlx::Error) -> Self {
-        if is_unavailable(&err) { Self::DatabaseUnavailable(err) } else { Self::Internal(err.to_string()) }
+        match Failure::of(&err) {
+            Failure::Unavailable | Failure::Busy => Self::DatabaseUnavailable(err),
+            Failure::BadData => Self::DatabaseRefused(err),
+            Failure::Bug => Self::Internal(err.to_string()),
+        }
     }
 }
 
@@ -257,24 +302,6 @@ impl From<ProcessError> for ApiError {
     }
 }
 
-/// Whether a database error means "unreachable or overloaded, try again" rather than a bug.
-fn is_unavailable(err: &sqlx::Error) -> bool {
-    match err {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => true,
-        // Class 08: connection exception; 57P0x: the server is shutting down or starting up;
-        // class 53: insufficient resources (e.g. too many connections).
-        sqlx::Error::Database(db) => {
-            db.code().is_some_and(|code| code.starts_with("08") || code.starts_with("57P0") || code.starts_with("53"))
-        }
-        _ => false,
-    }
-}
-
 /// What [`log_errors`] logs for a failed request.
 #[derive(Debug, Clone)]
 pub struct LoggedError {
@@ -290,8 +317,19 @@ impl IntoResponse for ApiError {
         if let Some(retry_after) = self.retry_after() {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after.as_secs()));
         }
-        if matches!(self, Self::Unauthorized) {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        match self {
+            Self::Unauthorized => {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            // RFC 9110 §15.5.16: say which codings are accepted.
+            Self::UnsupportedContentEncoding => {
+                response.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+            }
+            // The body was not read to its end, so the connection cannot carry another request.
+            Self::PayloadTooLarge { .. } | Self::RequestTimeout => {
+                response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
         }
         response.extensions_mut().insert(LoggedError { status, message: self.to_string() });
         response

@@ -1,12 +1,13 @@
 //! Extractors whose rejections speak the API's problem format.
 //!
 //! Handlers list them in this order, and axum runs them in that order, which fixes the order of
-//! the checks: authentication (401), then the `Idempotency-Key` (400), then the body (400, 413,
-//! 415). None of them touches the key's row, so a request refused here leaves its key unused.
+//! the checks: authentication (401), then the `Idempotency-Key` (400), then the body (400, 408,
+//! 413, 415). None of them touches the key's row, so a request refused here leaves its key unused.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::header::AUTHORIZATION;
+use axum::http::HeaderMap;
+use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
@@ -17,6 +18,34 @@ use crate::idempotency::IdempotencyKey;
 
 /// The largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
+/// The largest body any route may declare (`http::edge::refuse` answers 413 above it before a
+/// byte is read). Routes take less ([`BODY_LIMIT`] for the API, 16 KiB for the pages' forms);
+/// this is the ceiling for those that take more, such as Stripe's webhook events.
+pub const MAX_BODY: usize = 1024 * 1024;
+
+/// The 413 for a request whose declared `Content-Length` is over `limit`: answered at once,
+/// without reading (or waiting for) any of the body.
+pub fn declared_over(headers: &HeaderMap, limit: usize) -> Option<ApiError> {
+    let declared = headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse::<u64>().ok()?;
+    (declared > limit as u64).then_some(ApiError::PayloadTooLarge { limit })
+}
+
+/// Why reading a request body failed: over `limit` (413), not complete within the listener's
+/// body timeout (408), or anything else (the connection broke: 400). Looks through the error's
+/// whole chain, since axum and http-body wrap the cause in layers of their own.
+pub fn body_error(err: &(dyn std::error::Error + 'static), limit: usize) -> ApiError {
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return ApiError::PayloadTooLarge { limit };
+        }
+        if err.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::RequestTimeout;
+        }
+        cause = err.source();
+    }
+    ApiError::invalid("the request body could not be read")
+}
 
 /// The customer whose API key authenticated the request.
 pub struct Authenticated(pub Customer);
@@ -53,6 +82,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(too_large) = declared_over(request.headers(), BODY_LIMIT) {
+            return Err(too_large);
+        }
         match axum::Json::<T>::from_request(request, state).await {
             Ok(axum::Json(value)) => Ok(Self(value)),
             Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::UnsupportedMediaType),
@@ -61,9 +93,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
             }
             // Wrong types, missing or unknown fields: serde's message names the field and the line.
             Err(JsonRejection::JsonDataError(err)) => Err(ApiError::invalid(err.body_text())),
-            Err(JsonRejection::BytesRejection(err)) if err.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(ApiError::PayloadTooLarge { limit: BODY_LIMIT })
-            }
+            Err(JsonRejection::BytesRejection(err)) => Err(body_error(&err, BODY_LIMIT)),
             Err(other) => Err(ApiError::invalid(other.body_text())),
         }
     }

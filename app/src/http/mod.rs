@@ -1,9 +1,11 @@
 //! The HTTP application: routes, shared state, middleware.
 //!
 //! Every route module exposes `router()`; they are merged here. Errors are [`error::ApiError`],
-//! rendered as RFC 9457 problems ([`problem`]).
+//! rendered as RFC 9457 problems ([`problem`]); [`edge`] refuses what no route may receive and
+//! gives every other error response a problem body.
 
 pub mod bench;
+pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -18,6 +20,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
@@ -66,6 +69,10 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(axum::middleware::from_fn(error::log_errors))
+        // Inside the logging, so the problems it makes of bare errors are logged too.
+        .layer(axum::middleware::from_fn(edge::problems))
+        .layer(CatchPanicLayer::custom(edge::catch_panic))
+        .layer(axum::middleware::from_fn(edge::refuse))
         .layer(DefaultBodyLimit::max(extract::BODY_LIMIT));
 
     // The HTML routers bring their own session layers: the JSON API never sees a cookie.

@@ -46,6 +46,41 @@ impl Problem {
         Self { type_uri: format!("{TYPE_BASE}{slug}"), title, status, detail: detail.into(), extensions: Map::new() }
     }
 
+    /// The problem for a response that came without one (see `http::edge::problems`): the type
+    /// payonce has for `status`, or RFC 9457's `about:blank` ("nothing more than the status").
+    /// `detail` is what the response said, if anything.
+    pub fn for_status(status: StatusCode, detail: &str) -> Self {
+        use StatusCode as S;
+        let (slug, title, default_detail) = match status {
+            S::BAD_REQUEST => ("invalid-request", "Invalid request", "The request is malformed."),
+            S::NOT_FOUND => ("not-found", "Not found", "There is nothing at this URL."),
+            S::METHOD_NOT_ALLOWED => {
+                ("method-not-allowed", "Method not allowed", "This URL does not support this HTTP method.")
+            }
+            S::REQUEST_TIMEOUT => ("request-timeout", "Request timeout", "The request did not arrive in time."),
+            S::PAYLOAD_TOO_LARGE => ("payload-too-large", "Request body too large", "The request body is too large."),
+            S::UNSUPPORTED_MEDIA_TYPE => {
+                ("unsupported-media-type", "Unsupported media type", "The request body's media type is not accepted.")
+            }
+            S::INTERNAL_SERVER_ERROR => {
+                ("internal", "Internal error", "Something unexpected went wrong; it was logged.")
+            }
+            S::SERVICE_UNAVAILABLE => ("service-unavailable", "Service temporarily unavailable", "Retry in a moment."),
+            _ => {
+                let title = status.canonical_reason().unwrap_or("Error");
+                let detail = if detail.is_empty() { title } else { detail };
+                return Self {
+                    type_uri: "about:blank".to_owned(),
+                    title,
+                    status,
+                    detail: detail.to_owned(),
+                    extensions: Map::new(),
+                };
+            }
+        };
+        Self::new(status, slug, title, if detail.is_empty() { default_detail } else { detail })
+    }
+
     /// Adds an extension member.
     pub fn with(mut self, name: &str, value: impl Into<Value>) -> Self {
         self.extensions.insert(name.to_owned(), value.into());

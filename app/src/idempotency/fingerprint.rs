@@ -5,6 +5,9 @@
 //! Canonical means: object members sorted by key, no insignificant whitespace, one spelling per
 //! value. A client that retries by re-serialising its payload (keys in another order, other
 //! spacing) therefore produces the same fingerprint and gets a replay, not a 422.
+//!
+//! `fuzz/` compiles this file on its own (without the rest of payonce): keep its imports to
+//! external crates.
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -104,6 +107,21 @@ mod tests {
         assert_eq!(canonical_json(&a), r#"{"a":{"x":"s","y":[1,2]},"b":1}"#);
         assert_eq!(canonical_json(&a), canonical_json(&b));
         assert_ne!(canonical_json(&json!({"a": [1, 2]})), canonical_json(&json!({"a": [2, 1]})));
+    }
+
+    /// Numbers that only a float holds keep their value through the canonical text, so
+    /// canonicalising is idempotent for them too. serde_json's default float parser is off by
+    /// an ulp for some inputs; the workspace enables its `float_roundtrip` (found by fuzz/).
+    #[test]
+    fn floats_survive_canonicalisation() {
+        for text in
+            ["184467446744037790551615", "-92233720368547758223372036854775808", "1.8446744674403778e23", "0.1", "1e-7"]
+        {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let canonical = canonical_json(&value);
+            assert_eq!(serde_json::from_str::<Value>(&canonical).unwrap(), value, "{text} → {canonical}");
+            assert_eq!(canonical_json(&serde_json::from_str(&canonical).unwrap()), canonical);
+        }
     }
 
     /// The method and route are part of the fingerprint, not only the body.

@@ -5,8 +5,11 @@
 //! client libraries (and most hand-written clients) send the value bare, without quotes, so a bare
 //! token is accepted too. Parse, don't validate: once a handler holds an `IdempotencyKey`, it is
 //! known to be 1–255 printable ASCII characters.
+//!
+//! `fuzz/` compiles this file on its own (without the rest of payonce): keep its imports to
+//! external crates.
 
-use axum::http::HeaderMap;
+use http::HeaderMap;
 
 /// The header's name.
 pub const HEADER: &str = "idempotency-key";
@@ -162,7 +165,7 @@ fn parse_bare(input: &[u8]) -> Result<String, KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use http::HeaderValue;
     use proptest::prelude::*;
 
     fn parse(s: &str) -> Result<String, KeyError> {
@@ -191,6 +194,9 @@ mod tests {
         assert_eq!(IdempotencyKey::parse(b"ab\x01c"), Err(KeyError::NotPrintable));
         assert_eq!(IdempotencyKey::parse("cl\u{e9}".as_bytes()), Err(KeyError::NotPrintable));
         assert_eq!(IdempotencyKey::parse(b"a\tb"), Err(KeyError::NotPrintable));
+        // NUL, which PostgreSQL cannot store, in either form (hyper refuses it in a header first).
+        assert_eq!(IdempotencyKey::parse(b"a\0b"), Err(KeyError::NotPrintable));
+        assert_eq!(IdempotencyKey::parse(b"\"a\0b\""), Err(KeyError::NotPrintable));
         assert!(matches!(parse(r#""unterminated"#), Err(KeyError::Malformed(_))));
         assert!(matches!(parse(r#""bad \n escape""#), Err(KeyError::Malformed(_))));
         assert!(matches!(parse(r#""a", "b""#), Err(KeyError::Malformed(_))));

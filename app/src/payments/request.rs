@@ -6,6 +6,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use stripe_types::Currency;
 
+use crate::db::can_store;
+
 /// The largest amount accepted, in minor units: Stripe's limit for most currencies (eight digits).
 pub const MAX_AMOUNT: i64 = 99_999_999;
 /// Metadata keys reserved for payonce's own audit trail on the PaymentIntent.
@@ -16,11 +18,15 @@ const MAX_METADATA_KEY_LEN: usize = 40;
 const MAX_METADATA_VALUE_LEN: usize = 500;
 const MAX_DESCRIPTION_LEN: usize = 1000;
 const MAX_PAYMENT_METHOD_LEN: usize = 255;
+/// Why a text with a NUL character is refused (payment_method and currency refuse it by their
+/// alphabets already).
+const NUL: &str = "must not contain the NUL character (\\u0000)";
 
-/// The request body exactly as the client may send it. Unknown fields are refused rather than
-/// ignored: a typo in an optional field (`"metdata"`) should not silently charge without it.
+/// The request body exactly as the client may send it: a JSON object (see the `Deserialize`
+/// impl below). Unknown fields are refused rather than ignored: a typo in an optional field
+/// (`"metdata"`) should not silently charge without it.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct CreatePayment {
     /// Amount in the currency's minor unit (cents for USD).
     pub amount: i64,
@@ -32,6 +38,26 @@ pub struct CreatePayment {
     pub description: Option<String>,
     #[serde(default)]
     pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// Only from a JSON object. serde's derive also accepts a struct as a sequence of its fields in
+/// order, so `[100, "usd", "pm_card_visa", null, {}]` would otherwise be a payment.
+impl<'de> Deserialize<'de> for CreatePayment {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = CreatePayment;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("the payment as a JSON object, e.g. {\"amount\": 100, \"currency\": \"usd\", …}")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                CreatePayment::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_map(Object)
+    }
 }
 
 /// A validated payment request in canonical form: what the fingerprint covers, what is stored with
@@ -95,10 +121,13 @@ impl CreatePayment {
             errors.push(FieldError::new("payment_method", "must be a PaymentMethod id such as \"pm_card_visa\""));
         }
 
-        if let Some(description) = &self.description
-            && description.chars().count() > MAX_DESCRIPTION_LEN
-        {
-            errors.push(FieldError::new("description", format!("must be at most {MAX_DESCRIPTION_LEN} characters")));
+        if let Some(description) = &self.description {
+            if description.chars().count() > MAX_DESCRIPTION_LEN {
+                errors
+                    .push(FieldError::new("description", format!("must be at most {MAX_DESCRIPTION_LEN} characters")));
+            } else if !can_store(description) {
+                errors.push(FieldError::new("description", NUL));
+            }
         }
 
         let metadata = self.metadata.unwrap_or_default();
@@ -122,6 +151,8 @@ impl CreatePayment {
                     field,
                     format!("values must be at most {MAX_METADATA_VALUE_LEN} characters"),
                 ));
+            } else if !can_store(key) || !can_store(value) {
+                errors.push(FieldError::new(field, NUL));
             }
         }
 
@@ -182,6 +213,41 @@ mod tests {
         assert!(with("xyz").is_err());
         assert!(with("").is_err());
         assert!(with("us").is_err());
+    }
+
+    /// Only an object is a payment: not its fields as an array, nor any other JSON value.
+    #[test]
+    fn only_an_object() {
+        for json in
+            [r#"[100, "usd", "pm_card_visa", null, {}]"#, r#"[100, "usd", "pm_card_visa"]"#, "null", "1", r#""x""#]
+        {
+            let err = serde_json::from_str::<CreatePayment>(json).unwrap_err();
+            assert!(err.to_string().contains("JSON object"), "{json}: {err}");
+        }
+        assert!(
+            serde_json::from_str::<CreatePayment>(r#"{"amount": 1, "currency": "usd", "payment_method": "pm_x"}"#)
+                .is_ok()
+        );
+    }
+
+    /// A NUL character, which PostgreSQL cannot store, is refused in every text field, by name.
+    #[test]
+    fn nul_characters() {
+        let errors = body(
+            r#"{"amount": 1, "currency": "usd", "payment_method": "pm_card_visa", "description": "a\u0000",
+                "metadata": {"k\u0000": "v", "ok": "v\u0000", "fine": "v"}}"#,
+        )
+        .validate()
+        .unwrap_err();
+        let fields: Vec<_> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["description", "metadata.k\0", "metadata.ok"]);
+        // A lone surrogate cannot even be parsed into a string.
+        assert!(
+            serde_json::from_str::<CreatePayment>(
+                r#"{"amount": 1, "currency": "usd", "payment_method": "pm_x", "description": "\ud800"}"#
+            )
+            .is_err()
+        );
     }
 
     /// Unknown members and wrong types are refused by the deserializer.

@@ -43,7 +43,8 @@ use crate::web::{csrf, money, rfc3339, session};
 use catalogue::{CARDS, PRODUCTS, Product, TestCard};
 
 /// The shop's cookie: sent site-wide (the shop lives at `/`), kept on links from elsewhere.
-const COOKIE: session::Cookie = session::Cookie { name: "payonce_shop", path: "/", same_site: SameSite::Lax };
+const COOKIE: session::Cookie =
+    session::Cookie { name: "payonce_shop", path: "/", same_site: SameSite::Lax, csrf: "payonce_shop_csrf" };
 /// A shopper is signed out after this long without a click.
 const IDLE: std::time::Duration = std::time::Duration::from_secs(60 * 60);
 /// The session key holding the signed-in customer.
@@ -59,7 +60,10 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/shop/checkout", post(pay))
         .route("/shop/payments/{key}", get(attempt))
         .route("/shop/receipts/{payment}", get(receipt))
-        .layer(axum::middleware::from_fn(csrf::protect))
+        .layer(axum::middleware::from_fn_with_state(
+            csrf::Policy { cookie: COOKIE, secure: state.web.config.secure_cookies },
+            csrf::protect,
+        ))
         .layer(session::layer(state.engine.pool(), &state.web.config, COOKIE, IDLE))
         .layer(axum::middleware::from_fn(page::headers))
 }
@@ -126,7 +130,11 @@ struct RecentPayment {
 }
 
 /// `GET /`.
-async fn home(State(state): State<AppState>, session: Session) -> Result<Response, WebError> {
+async fn home(
+    State(state): State<AppState>,
+    session: Session,
+    anonymous: csrf::Anonymous,
+) -> Result<Response, WebError> {
     let shopper = session.get::<Shopper>(SHOPPER).await?;
     let recent = match &shopper {
         Some(shopper) => store::list(state.engine.pool(), shopper.id, 5, None)
@@ -142,8 +150,10 @@ async fn home(State(state): State<AppState>, session: Session) -> Result<Respons
             .collect(),
         None => Vec::new(),
     };
+    // A visitor who is not signed in gets the anonymous forms' token: no session row for them.
+    let csrf = if shopper.is_some() { csrf::token(&session).await? } else { anonymous.token() };
     let page = HomePage {
-        csrf: csrf::token(&session).await?,
+        csrf,
         shopper: shopper.map(|s| s.name),
         products: PRODUCTS.iter().map(ProductView::from).collect(),
         recent,
@@ -161,11 +171,12 @@ struct SignInForm {
 async fn sign_in(
     State(state): State<AppState>,
     session: Session,
+    anonymous: csrf::Anonymous,
     Form(form): Form<SignInForm>,
 ) -> Result<Response, WebError> {
     let Some(customer) = state.auth.authenticate(form.api_key.trim()).await? else {
         let page = HomePage {
-            csrf: csrf::token(&session).await?,
+            csrf: anonymous.token(),
             shopper: None,
             products: PRODUCTS.iter().map(ProductView::from).collect(),
             recent: Vec::new(),

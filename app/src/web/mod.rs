@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! session    the cookie-backed sessions, stored in PostgreSQL (tower-sessions)
-//! csrf       a per-session token, checked on every POST before any handler runs
+//! csrf       a token in every form (the session's, or an anonymous cookie's), checked on every
+//!            POST before any handler runs
 //! flash      one-shot messages shown on the next page (post/redirect/get)
 //! page       the HTML error type, security headers, and the static assets under /assets/
 //! simulator  the built-in (or external) simulator's control API, for the gateway panel
@@ -21,6 +22,8 @@ pub mod simulator;
 
 use std::sync::Arc;
 
+use tokio::sync::Semaphore;
+
 use crate::config::WebConfig;
 
 /// What the browser-facing routers need beyond the API's state. Cheap to clone.
@@ -30,12 +33,18 @@ pub struct WebState {
     pub config: Arc<WebConfig>,
     /// The simulator's control API, when the gateway is a simulator.
     pub simulator: simulator::SimulatorControl,
+    /// Turns for checking sign-in passwords ([`WebConfig::password_checks`] at once).
+    pub password_checks: Arc<Semaphore>,
 }
 
 impl WebState {
     /// The web state of a server whose gateway is at `gateway_base_url`.
     pub fn new(config: WebConfig, gateway_base_url: &str) -> Self {
-        Self { config: Arc::new(config), simulator: simulator::SimulatorControl::new(gateway_base_url) }
+        Self {
+            password_checks: Arc::new(Semaphore::new(config.password_checks.max(1))),
+            config: Arc::new(config),
+            simulator: simulator::SimulatorControl::new(gateway_base_url),
+        }
     }
 }
 

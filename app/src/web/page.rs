@@ -8,6 +8,7 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
+use crate::db::Failure;
 use crate::http::AppState;
 use crate::http::error::LoggedError;
 
@@ -37,20 +38,34 @@ struct ErrorPage<'a> {
     detail: &'a str,
 }
 
+const UNAVAILABLE: (StatusCode, &str, &str) = (
+    StatusCode::SERVICE_UNAVAILABLE,
+    "Temporarily unavailable",
+    "The database could not be reached. Reload the page in a moment.",
+);
+const INTERNAL: (StatusCode, &str, &str) =
+    (StatusCode::INTERNAL_SERVER_ERROR, "Something went wrong", "The error was logged. Try again.");
+
 impl IntoResponse for WebError {
     fn into_response(self) -> Response {
         let (status, title, detail) = match &self {
             Self::NotFound => (StatusCode::NOT_FOUND, "Not found", "There is nothing at this address."),
             Self::BadRequest(detail) => (StatusCode::BAD_REQUEST, "Bad request", detail.as_str()),
             Self::Forbidden(detail) => (StatusCode::FORBIDDEN, "Forbidden", *detail),
-            Self::Database(_) | Self::Session(_) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Temporarily unavailable",
-                "The database could not be reached. Reload the page in a moment.",
-            ),
-            Self::Internal(_) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "Something went wrong", "The error was logged. Try again.")
-            }
+            // The same classification as the API's (`crate::db::Failure`): only a database that
+            // is unreachable or busy is an outage; a value it refuses is the request's fault.
+            Self::Database(err) => match Failure::of(err) {
+                Failure::Unavailable | Failure::Busy => UNAVAILABLE,
+                Failure::BadData => (
+                    StatusCode::BAD_REQUEST,
+                    "Bad request",
+                    "This request holds a value that cannot be stored. Sending it again will not help.",
+                ),
+                Failure::Bug => INTERNAL,
+            },
+            // The session store reports its errors as text, without a SQLSTATE to tell them apart.
+            Self::Session(_) => UNAVAILABLE,
+            Self::Internal(_) => INTERNAL,
         };
         let body = ErrorPage { status: status.as_u16(), title, detail }
             .render()

@@ -27,6 +27,9 @@ pub struct Cookie {
     /// `Strict` for the dashboard (a link from elsewhere never arrives signed in), `Lax` for the
     /// shop (a link to it from an e-mail keeps the customer signed in).
     pub same_site: SameSite,
+    /// The cookie holding the CSRF token of the anonymous forms (sign-in), which have no session
+    /// ([`super::csrf`]); same path and attributes.
+    pub csrf: &'static str,
 }
 
 /// The session layer of one router: sessions expire after `idle` without a change (signing in,

@@ -60,32 +60,42 @@ async fn every_admin_page_needs_a_session() {
     assert!(response.headers().get(SET_COOKIE).is_none());
 }
 
-/// The session cookie is HttpOnly, SameSite=Strict, scoped to /admin, not Secure on plain HTTP;
-/// its id changes at login; logging out deletes the session, so the old cookie is worthless.
+/// The login form's CSRF cookie and the session cookie are HttpOnly, SameSite=Strict, scoped to
+/// /admin, not Secure on plain HTTP; the session begins at login with a new id (one planted
+/// before is not used); logging out deletes the session, so the old cookie is worthless.
 #[tokio::test]
 async fn login_cycles_a_hardened_session_and_logout_ends_it() {
     let app = TestApp::spawn().await;
     create_admin(&app).await;
     let raw = Client::builder().redirect(Policy::none()).build().unwrap();
+    let hardened = |cookie: &str, attributes: &[&str]| {
+        for attribute in attributes {
+            assert!(cookie.contains(attribute), "{attribute} missing: {cookie}");
+        }
+        assert!(!cookie.contains("Secure"), "not Secure on http://: {cookie}");
+    };
 
     let page = raw.get(app.url("/admin/login")).send().await.unwrap();
-    let cookie = page.headers()[SET_COOKIE].to_str().unwrap().to_owned();
-    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/admin", "Max-Age="] {
-        assert!(cookie.contains(attribute), "{attribute} missing: {cookie}");
-    }
-    assert!(!cookie.contains("Secure"), "not Secure on http://: {cookie}");
-    let before = cookie.split(';').next().unwrap().to_owned();
+    let cookies: Vec<&str> = page.headers().get_all(SET_COOKIE).iter().map(|c| c.to_str().unwrap()).collect();
+    assert_eq!(cookies.len(), 1, "the form's token only, no session yet: {cookies:?}");
+    assert!(cookies[0].starts_with("payonce_admin_csrf="), "{cookies:?}");
+    hardened(cookies[0], &["HttpOnly", "SameSite=Strict", "Path=/admin"]);
+    let token_cookie = cookies[0].split(';').next().unwrap().to_owned();
     let csrf = csrf_of(page).await;
 
+    let planted = "payonce_admin=AAAAAAAAAAAAAAAAAAAAAA";
     let login = raw
         .post(app.url("/admin/login"))
-        .header("cookie", &before)
+        .header("cookie", format!("{token_cookie}; {planted}"))
         .form(&[("csrf", csrf.as_str()), ("name", ADMIN), ("password", PASSWORD)])
         .send()
         .await
         .unwrap();
     assert_eq!(login.status(), StatusCode::SEE_OTHER);
-    let after = login.headers()[SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let cookie = login.headers()[SET_COOKIE].to_str().unwrap().to_owned();
+    hardened(&cookie, &["HttpOnly", "SameSite=Strict", "Path=/admin", "Max-Age="]);
+    let (before, after) = (planted.to_owned(), cookie.split(';').next().unwrap().to_owned());
+    assert!(after.starts_with("payonce_admin="), "{after}");
     assert_ne!(before, after, "a new session id at login");
     let old = raw.get(app.url("/admin")).header("cookie", &before).send().await.unwrap();
     assert_eq!(old.status(), StatusCode::SEE_OTHER, "the pre-login id is not signed in");

@@ -266,8 +266,34 @@ impl ServerProcess {
     /// Starts `payonce serve` on a free port against `database_url`, charging through the
     /// simulator at `sim_url`, with extra environment `env`; returns once it is ready.
     pub async fn start(database_url: &str, sim_url: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_with_fd_limit(database_url, sim_url, env, None).await
+    }
+
+    /// [`ServerProcess::start`], with the process's file-descriptor limit (soft and hard
+    /// `RLIMIT_NOFILE`) set to `fd_limit`, as `ulimit -n` would.
+    pub async fn start_with_fd_limit(
+        database_url: &str,
+        sim_url: &str,
+        env: &[(&str, &str)],
+        fd_limit: Option<u64>,
+    ) -> Self {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_payonce"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_payonce"));
+        if let Some(limit) = fd_limit {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            // SAFETY: between fork and exec only async-signal-safe calls are allowed; setrlimit is one.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = command
             .arg("serve")
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -298,6 +324,18 @@ impl ServerProcess {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// The process's peak resident memory so far (`VmHWM` in `/proc/<pid>/status`), in KiB.
+    pub fn peak_memory_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("read the status");
+        let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("a VmHWM line");
+        line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).expect("VmHWM in kB")
+    }
+
+    /// The stderr lines written so far.
+    pub fn lines(&mut self) -> Vec<String> {
+        self.drain()
     }
 
     async fn wait_until_ready(&mut self) {
@@ -432,6 +470,8 @@ impl TestApp {
                 url: Some(Secret::new(database.url.clone())),
                 local_dir: ".payonce".into(),
                 pool_size: 10,
+                statement_timeout: Duration::from_secs(5),
+                lock_timeout: Duration::from_secs(2),
             },
             engine: EngineSettings {
                 lease: options.lease,
@@ -451,6 +491,7 @@ impl TestApp {
             sweeper: options.sweeper,
             bench_routes: options.bench_routes,
             web: Default::default(),
+            http: Default::default(),
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();
