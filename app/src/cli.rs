@@ -297,6 +297,18 @@ struct SimulatorArgs {
     /// Address the simulator listens on.
     #[arg(long, env = "PAYONCE_SIM_ADDR", default_value = "127.0.0.1:12111")]
     addr: SocketAddr,
+    /// Deliver every event of the account of --webhook-api-key to this URL (a payonce server's
+    /// `/webhooks/stripe`), signed with --webhook-secret: the endpoint is fixed at startup, so
+    /// that every server configured with the same secret verifies the deliveries.
+    #[arg(long, env = "PAYONCE_SIM_WEBHOOK_URL", requires_all = ["webhook_secret", "webhook_api_key"])]
+    webhook_url: Option<String>,
+    /// The `whsec_…` secret the deliveries to --webhook-url are signed with (the servers'
+    /// STRIPE_WEBHOOK_SECRET).
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    webhook_secret: Option<String>,
+    /// The API key (`sk_…`) whose events go to --webhook-url (the servers' STRIPE_SECRET_KEY).
+    #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
+    webhook_api_key: Option<String>,
 }
 
 impl DatabaseArgs {
@@ -444,7 +456,13 @@ async fn run(command: Command) -> CliResult {
         Command::StripeSim(args) => {
             let listener = tokio::net::TcpListener::bind(args.addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "Stripe simulator listening (ledger: /_sim/charges, faults: /_sim/faults)");
-            simulator::serve(listener, simulator::Simulator::new(), shutdown_signal()).await?;
+            let sim = simulator::Simulator::new();
+            if let (Some(url), Some(secret), Some(api_key)) = (&args.webhook_url, &args.webhook_secret, &args.webhook_api_key)
+            {
+                let id = sim.add_webhook_endpoint(api_key, url, secret)?;
+                tracing::info!(endpoint = id, url, "webhook endpoint registered: every event is delivered there");
+            }
+            simulator::serve(listener, sim, shutdown_signal()).await?;
         }
     }
     Ok(())

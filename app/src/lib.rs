@@ -36,7 +36,8 @@
 //!   outcome      every answer as one of succeeded, declined, pending, refused, unknown
 //! sweeper        the background worker: completes abandoned keys, reconciles spent keys and
 //!                pending payments, deletes expired keys
-//! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
+//! simulator      a Stripe-wire-compatible simulator: PaymentIntents, refunds, search, events and
+//!                signed webhook deliveries, a ledger, faults
 //! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
 //!                problem responses, and `POST /webhooks/stripe` (the signature checked, then
 //!                payments::webhook)
