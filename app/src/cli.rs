@@ -457,7 +457,8 @@ async fn run(command: Command) -> CliResult {
             let listener = tokio::net::TcpListener::bind(args.addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "Stripe simulator listening (ledger: /_sim/charges, faults: /_sim/faults)");
             let sim = simulator::Simulator::new();
-            if let (Some(url), Some(secret), Some(api_key)) = (&args.webhook_url, &args.webhook_secret, &args.webhook_api_key)
+            if let (Some(url), Some(secret), Some(api_key)) =
+                (&args.webhook_url, &args.webhook_secret, &args.webhook_api_key)
             {
                 let id = sim.add_webhook_endpoint(api_key, url, secret)?;
                 tracing::info!(endpoint = id, url, "webhook endpoint registered: every event is delivered there");
