@@ -55,6 +55,36 @@ enum Command {
     },
     /// Run the Stripe-compatible simulator on its own.
     StripeSim(SimulatorArgs),
+    /// The zero-config local PostgreSQL (used when DATABASE_URL is unset): its URL, start, stop.
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DbCommand {
+    /// Print the URL of payonce's database on the local PostgreSQL, on the port it keeps across
+    /// restarts (whether it runs now or not), e.g. `psql "$(payonce db url)"`.
+    Url(LocalDbArgs),
+    /// Start the local PostgreSQL (on the port it remembers) if it is not running; prints its URL.
+    Start(LocalDbArgs),
+    /// Stop the local PostgreSQL, whoever started it.
+    Stop {
+        /// Stop it as a crash would (`pg_ctl stop -m immediate`: no checkpoint, crash recovery
+        /// at the next start), for outage drills.
+        #[arg(long)]
+        immediate: bool,
+        #[command(flatten)]
+        local: LocalDbArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct LocalDbArgs {
+    /// Folder of the zero-config PostgreSQL.
+    #[arg(long, env = "PAYONCE_DATA_DIR", default_value = ".payonce")]
+    data_dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -128,6 +158,12 @@ struct ServeArgs {
 
     #[command(flatten)]
     http: HttpArgs,
+
+    /// Serve only the dashboard, the shop and the health checks: no payments API, no sweeper, no
+    /// simulator of its own (its gateway panel uses the one at PAYONCE_SIM_ADDR, or STRIPE_API_BASE).
+    /// A dashboard in its own process stays up while the servers it watches are killed.
+    #[arg(long, env = "PAYONCE_ADMIN_ONLY", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    admin_only: bool,
 }
 
 /// The listener's limits (docs/operations.md, "Limits and timeouts").
@@ -171,6 +207,12 @@ struct WebArgs {
     /// Seconds a sign-in waits for its turn to be checked before it is answered 429.
     #[arg(long, env = "PAYONCE_PASSWORD_CHECK_WAIT_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
     password_check_wait_secs: u64,
+
+    /// Workshop mode, for a classroom: the dashboard's live refresh keeps an operator signed in
+    /// (no idle sign-out on the projector), and the gateway panel can reset the simulator's
+    /// ledger and delete every key and payment. Never in production.
+    #[arg(long, env = "PAYONCE_WORKSHOP", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    workshop: bool,
 }
 
 #[derive(Debug, Args)]
@@ -340,6 +382,8 @@ impl EngineArgs {
                 downstream_key_ttl: Duration::from_secs(self.downstream_key_ttl_secs),
                 search_settle: Duration::from_secs_f64(self.search_settle_secs),
             },
+            // Set from the gateway's settings where the engine is built.
+            ..EngineSettings::default()
         }
     }
 }
@@ -389,7 +433,9 @@ impl ServeArgs {
                 admin_idle: Duration::from_secs(self.web.admin_idle_mins * 60),
                 password_checks: self.web.password_checks.map_or_else(default_password_checks, |n| n as usize),
                 password_check_wait: Duration::from_secs(self.web.password_check_wait_secs),
+                workshop: self.web.workshop,
             },
+            admin_only: self.admin_only,
             http: HttpConfig {
                 max_connections: self.http.max_connections as usize,
                 header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
@@ -465,6 +511,23 @@ async fn run(command: Command) -> CliResult {
             }
             simulator::serve(listener, sim, shutdown_signal()).await?;
         }
+        Command::Db { command: DbCommand::Url(local) } => {
+            let url = Database::local_url(&local.data_dir).ok_or_else(|| {
+                format!(
+                    "no local PostgreSQL in {} has started yet: run `payonce db start` (or `payonce serve` without \
+                     DATABASE_URL)",
+                    local.data_dir.display()
+                )
+            })?;
+            println!("{url}");
+        }
+        Command::Db { command: DbCommand::Start(local) } => {
+            println!("{}", Database::start_local(&local.data_dir).await?);
+        }
+        Command::Db { command: DbCommand::Stop { immediate, local } } => {
+            Database::stop_local(&local.data_dir, immediate).await?;
+            tracing::info!(immediate, "the local PostgreSQL is stopped");
+        }
     }
     Ok(())
 }
@@ -499,7 +562,8 @@ async fn sweep(args: SweepArgs) -> CliResult {
     let gateway = Gateway::new(stripe.secret_key.expose(), stripe.api_base.as_deref(), args.worker.gateway.timeout())?;
     let database = Database::open(&args.worker.database.config()).await?;
     let (events, event_writer) = EventLog::spawn(database.pool.clone());
-    let engine = Engine::new(database.pool.clone(), args.worker.engine.settings(), events);
+    let settings = EngineSettings { gateway_timeout: args.worker.gateway.timeout(), ..args.worker.engine.settings() };
+    let engine = Engine::new(database.pool.clone(), settings, events);
     let sweeper = Sweeper::new(engine, gateway, args.worker.sweeper.settings(), owner_name("sweeper"));
     if args.once {
         let report = sweeper.sweep().await;

@@ -147,11 +147,15 @@ impl FromRequestParts<AppState> for Operator {
         let Some(name) = name else {
             let uri = OriginalUri::from_request_parts(parts, state).await.map(|OriginalUri(uri)| uri);
             let next = uri.ok().and_then(|uri| uri.path_and_query().map(|pq| pq.as_str().to_owned()));
-            return Err(to_login(next.as_deref(), live));
+            // The browser still sends a session cookie that the store no longer knows: the
+            // session ran out (idle time) or was deleted. The login page says so.
+            let expired = had_session_cookie(&parts.headers);
+            return Err(to_login(next.as_deref(), live, expired));
         };
         // Reading a session is not activity; a person's request is. The page's own live refresh
-        // is not: a dashboard left open on a projector signs out after the idle time.
-        if !live {
+        // is not: a dashboard left open on a projector signs out after the idle time, except in
+        // a workshop, where the projected dashboard must stay signed in.
+        if !live || state.web.config.workshop {
             session::touch(&session).await.map_err(|err| WebError::from(err).into_response())?;
         }
         let csrf = csrf::token(&session).await.map_err(IntoResponse::into_response)?;
@@ -159,15 +163,26 @@ impl FromRequestParts<AppState> for Operator {
     }
 }
 
+/// Whether the request carries the dashboard's session cookie.
+fn had_session_cookie(headers: &axum::http::HeaderMap) -> bool {
+    headers.get_all(axum::http::header::COOKIE).iter().filter_map(|value| value.to_str().ok()).any(|cookies| {
+        cookies.split(';').any(|cookie| cookie.trim().split_once('=').is_some_and(|(name, _)| name == COOKIE.name))
+    })
+}
+
 /// The way to the login page: a redirect for a person, `HX-Redirect` for htmx (which would
-/// otherwise swap the login page into the middle of the dashboard).
-fn to_login(next: Option<&str>, live: bool) -> Response {
-    let target = match next.filter(|next| is_local(next) && *next != "/admin") {
-        Some(next) => {
-            format!("/admin/login?next={}", form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>())
-        }
-        None => "/admin/login".to_owned(),
-    };
+/// otherwise swap the login page into the middle of the dashboard). `expired`: the visitor had a
+/// session that ran out, which the login page tells them.
+fn to_login(next: Option<&str>, live: bool, expired: bool) -> Response {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    if let Some(next) = next.filter(|next| is_local(next) && *next != "/admin") {
+        query.append_pair("next", next);
+    }
+    if expired {
+        query.append_pair("expired", "1");
+    }
+    let query = query.finish();
+    let target = if query.is_empty() { "/admin/login".to_owned() } else { format!("/admin/login?{query}") };
     if live {
         let mut response = StatusCode::UNAUTHORIZED.into_response();
         if let Ok(value) = HeaderValue::try_from(target) {

@@ -52,6 +52,50 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The whole application. `bench_routes` adds the benchmark-only routes ([`bench`]).
 pub fn router(state: AppState, bench_routes: bool) -> Router {
+    let html = html(&state);
+    let routes = Router::new().merge(health::router()).merge(payments::router()).merge(webhooks::router()).merge(html);
+    let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
+    assemble(routes, state)
+}
+
+/// `payonce serve --admin-only`: the dashboard, the shop and the health checks, without the
+/// payments API (whose requests get the usual 404 problem).
+pub fn admin_router(state: AppState) -> Router {
+    let routes = Router::new().merge(health::router()).merge(html(&state));
+    assemble(routes, state)
+}
+
+/// The HTML routers. They bring their own session layers: the JSON API never sees a cookie.
+fn html(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .merge(crate::admin::router(state))
+        .merge(crate::shop::router(state))
+        .merge(crate::web::page::assets_router())
+}
+
+/// The prefixes of the machine-facing routes: their 404 is always a problem document.
+const API_PREFIXES: [&str; 5] = ["/v1/", "/webhooks/", "/lab/", "/bench/", "/_sim/"];
+
+/// No route matched: an HTML page for a browser (it asks for `text/html`) on a path people
+/// visit, the API's 404 problem for everything else (`/v1/…` whatever the client accepts).
+async fn not_found(uri: axum::http::Uri, headers: axum::http::HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let api =
+        API_PREFIXES.iter().any(|prefix| uri.path().starts_with(prefix) || uri.path() == prefix.trim_end_matches('/'));
+    let browser = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(|accept| accept.split(',').any(|media| media.trim().starts_with("text/html")));
+    if browser && !api {
+        let mut response = crate::web::page::WebError::NotFound.into_response();
+        crate::web::page::secure(response.headers_mut());
+        return response;
+    }
+    ApiError::NotFound.into_response()
+}
+
+/// `routes` with the fallbacks, the state and the middleware every response goes through.
+fn assemble(routes: Router<AppState>, state: AppState) -> Router {
     let middleware = ServiceBuilder::new()
         // Outermost first: every request gets an id (or keeps the one it came with) before the
         // trace span opens, so every log line of the request carries it.
@@ -75,15 +119,8 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
         .layer(axum::middleware::from_fn(edge::refuse))
         .layer(DefaultBodyLimit::max(extract::BODY_LIMIT));
 
-    // The HTML routers bring their own session layers: the JSON API never sees a cookie.
-    let html = Router::new()
-        .merge(crate::admin::router(&state))
-        .merge(crate::shop::router(&state))
-        .merge(crate::web::page::assets_router());
-    let routes = Router::new().merge(health::router()).merge(payments::router()).merge(webhooks::router()).merge(html);
-    let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
     routes
-        .fallback(|| async { ApiError::NotFound })
+        .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
         .layer(middleware)

@@ -70,17 +70,10 @@ async fn submit(state: AppState, op: Operation) -> Result<Answer, ApiError> {
     for _ in 0..3 {
         match state.engine.claim(&op, &state.owner).await? {
             Claim::Completed(stored) => return Ok(Answer { stored, replayed: true }),
-            Claim::InFlight { retry_after, reason } => {
-                // A live lease says when the key is certainly resolvable (finished, or free to
-                // take over if its holder died). A live holder finishes its gateway call, or gives
-                // the key back, within the gateway timeout: a retry is useful after the sooner.
-                // A backoff or a spent budget says exactly when the key may be taken again.
-                let retry_after = match reason {
-                    Busy::InFlight => retry_after.min(state.gateway.timeout()).max(Duration::from_secs(1)),
-                    Busy::Backoff | Busy::Reconciling => retry_after,
-                };
-                return Err(ApiError::InFlight { retry_after, reason });
-            }
+            // The engine's Retry-After, as its `conflict` event recorded it: for a live lease, the
+            // sooner of its end and the gateway timeout (within which a live holder finishes its
+            // call or gives the key back); for a backoff or a spent budget, when it may be taken.
+            Claim::InFlight { retry_after, reason } => return Err(ApiError::InFlight { retry_after, reason }),
             Claim::Acquired(lease) => match process::run(&state.gateway, lease).await {
                 Ok(stored) => return Ok(Answer { stored, replayed: false }),
                 Err(ProcessError::LeaseLost(_)) => continue,

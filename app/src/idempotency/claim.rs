@@ -240,8 +240,12 @@ impl Engine {
                 // A live lease first: its holder answers (or gives the key back) before anything
                 // else can happen to the key. Then the budget, then the backoff.
                 let (wait, reason) = if row.lease_remaining_secs > 0.0 {
-                    let reason = if row.exhausted { Busy::Reconciling } else { Busy::InFlight };
-                    (row.lease_remaining_secs, reason)
+                    if row.exhausted {
+                        (row.lease_remaining_secs, Busy::Reconciling)
+                    } else {
+                        // Its holder answers or gives the key back within the gateway timeout.
+                        (row.lease_remaining_secs.min(self.settings().gateway_timeout.as_secs_f64()), Busy::InFlight)
+                    }
                 } else if row.exhausted {
                     (row.retry_in_secs, Busy::Reconciling)
                 } else if row.retry_in_secs > 0.0 {

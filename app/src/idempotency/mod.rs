@@ -55,6 +55,10 @@ pub struct EngineSettings {
     pub budget: Budget,
     /// How long the gateway remembers a downstream key.
     pub horizon: Horizon,
+    /// The deadline of one gateway call. A live holder answers, or gives its key back, within it:
+    /// a retry that finds the key in flight is told to come back after at most this long (and
+    /// the `conflict` event records that same `Retry-After`).
+    pub gateway_timeout: Duration,
 }
 
 impl Default for EngineSettings {
@@ -64,6 +68,7 @@ impl Default for EngineSettings {
             key_ttl: Duration::from_secs(24 * 60 * 60),
             budget: Budget::default(),
             horizon: Horizon::default(),
+            gateway_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -408,6 +408,8 @@ pub struct Options {
     pub webhook_secret: Option<String>,
     /// The secret key payonce gives the gateway (the simulator accepts any `sk_…`).
     pub stripe_secret_key: &'static str,
+    /// The HTML side's settings (idle sign-out, workshop mode).
+    pub web: payonce::config::WebConfig,
 }
 
 /// The budget with production's `max_attempts` and no waiting between attempts.
@@ -429,6 +431,7 @@ impl Default for Options {
             horizon: Horizon::default(),
             webhook_secret: None,
             stripe_secret_key: SIM_SECRET_KEY,
+            web: Default::default(),
         }
     }
 }
@@ -478,6 +481,7 @@ impl TestApp {
                 key_ttl: options.key_ttl,
                 budget: options.budget,
                 horizon: options.horizon,
+                gateway_timeout: options.gateway_timeout,
             },
             gateway: GatewayConfig {
                 stripe: sim.as_ref().map(|sim| StripeConfig {
@@ -490,7 +494,8 @@ impl TestApp {
             },
             sweeper: options.sweeper,
             bench_routes: options.bench_routes,
-            web: Default::default(),
+            web: options.web,
+            admin_only: false,
             http: Default::default(),
         };
         let server = Server::start(config).await.expect("start payonce");
