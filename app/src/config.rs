@@ -22,6 +22,8 @@ pub struct ServeConfig {
     pub bench_routes: bool,
     pub web: WebConfig,
     pub http: HttpConfig,
+    /// The claim strategy and lab mode ([`crate::lab`]).
+    pub lab: crate::lab::LabSettings,
 }
 
 /// How the HTTP listener protects itself ([`crate::listener`]). Every limit, what it defaults

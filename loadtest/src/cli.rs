@@ -24,6 +24,12 @@ pub struct Cli {
     #[arg(long = "target", env = "BASE_URLS", value_delimiter = ',', required = true, value_parser = base_url)]
     pub targets: Vec<String>,
 
+    /// Aim at a claim strategy of a lab server (`payonce serve --lab`): requests go to
+    /// `/lab/{strategy}/v1/payments` instead of `/v1/payments` (on-conflict, for-update, redis,
+    /// check-then-insert). The k6 scripts read the same variable.
+    #[arg(long, env = "STRATEGY", value_parser = ["on-conflict", "for-update", "redis", "check-then-insert"])]
+    pub strategy: Option<String>,
+
     /// A customer's API key (`payonce customers create NAME` prints one).
     #[arg(long, env = "API_KEY", hide_env_values = true)]
     pub api_key: String,

@@ -408,6 +408,8 @@ pub struct Options {
     pub webhook_secret: Option<String>,
     /// The secret key payonce gives the gateway (the simulator accepts any `sk_…`).
     pub stripe_secret_key: &'static str,
+    /// The claim strategy and lab mode.
+    pub lab: payonce::lab::LabSettings,
 }
 
 /// The budget with production's `max_attempts` and no waiting between attempts.
@@ -429,6 +431,7 @@ impl Default for Options {
             horizon: Horizon::default(),
             webhook_secret: None,
             stripe_secret_key: SIM_SECRET_KEY,
+            lab: Default::default(),
         }
     }
 }
@@ -492,6 +495,7 @@ impl TestApp {
             bench_routes: options.bench_routes,
             web: Default::default(),
             http: Default::default(),
+            lab: options.lab,
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();
