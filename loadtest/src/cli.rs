@@ -72,6 +72,11 @@ pub struct Cli {
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub max_attempts: u32,
 
+    /// retry-storm: a connection refused or reset is retried (with the same key) like a 503,
+    /// instead of being unexpected: for runs that kill a server on purpose (loadtest/strategies.sh).
+    #[arg(long)]
+    pub retry_transport_errors: bool,
+
     /// Simulator faults for the run, as JSON for `PUT /_sim/faults`; cleared afterwards.
     /// [default: none, except retry-storm's slow and flaky gateway; pass '{}' for none]
     #[arg(long)]
@@ -155,6 +160,7 @@ pub struct Settings {
     pub client_timeout: Duration,
     pub max_attempts: u32,
     pub rate: Option<f64>,
+    pub retry_transport_errors: bool,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -210,6 +216,7 @@ impl Cli {
             client_timeout,
             max_attempts: self.max_attempts,
             rate: self.rate,
+            retry_transport_errors: self.retry_transport_errors,
         })
     }
 

@@ -74,7 +74,15 @@ pub async fn submit(lab: &Lab, pool: &sqlx::PgPool, gateway: &Gateway, op: &Oper
         return Ok(answer);
     }
     let mut redis = lab.redis().await?;
-    let token: i64 = cmd("INCR").arg(FENCE_KEY).query_async(&mut redis).await?;
+    // The first command after Redis restarted finds the old connection dead (and the manager
+    // reconnects): nothing was done yet, so trying once more is safe.
+    let token: i64 = match cmd("INCR").arg(FENCE_KEY).query_async(&mut redis).await {
+        Err(err) if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() => {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cmd("INCR").arg(FENCE_KEY).query_async(&mut redis).await?
+        }
+        other => other?,
+    };
     let lease = lease_key(op);
     let lease_ms = lab.settings().redis_lease.as_millis().max(1) as u64;
     let taken: Option<String> =

@@ -273,3 +273,55 @@ async fn check_then_insert_is_refused_without_lab() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("PAYONCE_CLAIM_STRATEGY=check-then-insert") && stderr.contains("--lab"), "{stderr}");
 }
+
+/// The dashboard's Lab page in a real browser: an operator runs all four strategies over two
+/// servers; the result shows each strategy, check-then-insert's double charges in red with their
+/// keys, and a raced key's timeline; the run is listed. Saved as `target/browser-artifacts/lab.png`
+/// (docs/images/lab.png is that screenshot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lab_page_runs_a_storm_and_shows_double_charges_in_red() {
+    let app = lab_app().await;
+    crate::browser::create_admin(&app).await;
+    let browser = crate::chromium::Browser::start().await;
+    browser.goto(&app.url("/admin/lab")).await;
+    browser.wait_for_path("/admin/login").await;
+    browser.fill("name", crate::browser::ADMIN).await;
+    browser.fill("password", crate::browser::PASSWORD).await;
+    browser.click("form.stacked button[type=submit]").await;
+    browser.wait_for_path("/admin/lab").await;
+    browser.wait_for_text("Claim strategy: on-conflict").await;
+    browser.fill("keys", "4").await;
+    browser.fill("duplicates", "5").await;
+    browser.fill("latency_ms", "200").await;
+    browser.click("#run").await;
+    let path = browser.wait_for_path("/admin/lab/runs/").await;
+    // The page refreshes itself until the run is over.
+    browser.wait_for_text("Finished.").await;
+
+    let naive = browser.find("table.lab-summary tr.double[data-strategy='check-then-insert'] td").await;
+    assert_eq!(naive.css_value("color").await.unwrap(), "rgba(185, 28, 28, 1)", "double charges are red");
+    for safe in ["on-conflict", "for-update", "redis"] {
+        let row = browser.find(&format!("table.lab-summary tr[data-strategy='{safe}']")).await;
+        assert_eq!(row.attr("class").await.unwrap(), None, "{safe} did not double charge");
+    }
+    let text = browser.text().await;
+    assert!(text.contains("charged more than once!"), "{text}");
+    let double_key = browser.find("section.lab-strategy table.doubles tr.double code").await.text().await.unwrap();
+    assert!(double_key.contains("check-then-insert"), "{double_key}");
+    assert!(app.charges_for(&double_key).await.len() > 1, "the ledger agrees");
+    browser.find("table.timeline tr.double").await;
+    browser.screenshot("lab").await;
+
+    // Stored, and listed for the class to compare.
+    let id = path.rsplit('/').next().unwrap().to_owned();
+    browser.goto(&app.url("/admin/lab")).await;
+    browser.find(&format!("a[href='/admin/lab/runs/{id}']")).await;
+    let (state, result): (String, Value) = sqlx::query_as("select state, result from lab_runs where id = $1::uuid")
+        .bind(&id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(state, "finished");
+    assert_eq!(result.as_array().unwrap().len(), 4);
+    browser.close().await;
+}
