@@ -15,6 +15,7 @@ use crate::config::{
 use crate::db::Database;
 use crate::gateway::Gateway;
 use crate::idempotency::{Backoff, Budget, Engine, EngineSettings, EventLog, Horizon};
+use crate::lab::{LabSettings, Strategy};
 use crate::server::{Server, shutdown_signal};
 use crate::sweeper::{Sweeper, SweeperSettings};
 use crate::telemetry::{self, LogFormat};
@@ -164,6 +165,37 @@ struct ServeArgs {
     /// A dashboard in its own process stays up while the servers it watches are killed.
     #[arg(long, env = "PAYONCE_ADMIN_ONLY", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     admin_only: bool,
+
+    #[command(flatten)]
+    lab: LabArgs,
+}
+
+/// The claim strategy, and the lab that compares them (docs/strategies.md).
+#[derive(Debug, Args)]
+struct LabArgs {
+    /// How a key is claimed: on-conflict (the engine: INSERT … ON CONFLICT, a lease and a fencing
+    /// token), for-update (a transaction held across the gateway call), redis (a lease in Redis)
+    /// or check-then-insert (double charges by design; only with --lab).
+    #[arg(long, env = "PAYONCE_CLAIM_STRATEGY", default_value = "on-conflict")]
+    claim_strategy: Strategy,
+
+    /// Lab mode: allow check-then-insert, serve POST /lab/{strategy}/v1/payments for all four
+    /// strategies side by side, and the dashboard's Lab page. Never for real payments.
+    #[arg(long, env = "PAYONCE_LAB")]
+    lab: bool,
+
+    /// Redis, for the redis strategy.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
+    redis_url: String,
+
+    /// The redis strategy's lease (SET … PX): how long a key stays claimed when its holder dies.
+    #[arg(long, env = "PAYONCE_REDIS_LEASE_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    redis_lease_ms: u64,
+
+    /// check-then-insert's pause between its check and its insert, which makes its race happen on
+    /// every storm (0: none; the race remains).
+    #[arg(long, env = "PAYONCE_LAB_GAP_MS", default_value_t = 50)]
+    lab_gap_ms: u64,
 }
 
 /// The listener's limits (docs/operations.md, "Limits and timeouts").
@@ -441,6 +473,13 @@ impl ServeArgs {
                 header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
                 body_timeout: Duration::from_secs(self.http.body_timeout_secs),
                 idle_timeout: Duration::from_secs(self.http.idle_timeout_secs),
+            },
+            lab: LabSettings {
+                strategy: self.lab.claim_strategy,
+                lab: self.lab.lab,
+                redis_url: self.lab.redis_url.clone(),
+                redis_lease: Duration::from_millis(self.lab.redis_lease_ms),
+                gap: Duration::from_millis(self.lab.lab_gap_ms),
             },
         }
     }

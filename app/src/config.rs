@@ -26,6 +26,8 @@ pub struct ServeConfig {
     /// stays up while the servers it watches are killed (docs/workshop.md).
     pub admin_only: bool,
     pub http: HttpConfig,
+    /// The claim strategy and lab mode ([`crate::lab`]).
+    pub lab: crate::lab::LabSettings,
 }
 
 /// How the HTTP listener protects itself ([`crate::listener`]). Every limit, what it defaults

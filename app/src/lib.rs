@@ -45,6 +45,8 @@
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
 //! shop           a demo shop at / with a double-click-proof checkout
 //! failpoint      named crash points for the crash tests (`PAYONCE_FAILPOINT`)
+//! lab            the claim-strategy lab: for-update, redis and check-then-insert beside the
+//!                engine's on-conflict, switchable (`PAYONCE_CLAIM_STRATEGY`, docs/strategies.md)
 //! ```
 //!
 //! # Data flow of one payment
@@ -78,6 +80,7 @@ pub mod failpoint;
 pub mod gateway;
 pub mod http;
 pub mod idempotency;
+pub mod lab;
 pub mod listener;
 pub mod metrics;
 pub mod payments;

@@ -15,6 +15,7 @@ use crate::db::{Database, OpenError};
 use crate::gateway::Gateway;
 use crate::http::{self, AppState};
 use crate::idempotency::{Engine, EventLog};
+use crate::lab::{Lab, Strategy};
 use crate::listener::{self, FdBudget};
 use crate::simulator::{self, RunningSimulator};
 use crate::sweeper::{Sweeper, SweeperSettings};
@@ -70,6 +71,7 @@ impl Server {
     /// Opens the database (migrating it), sets up the gateway and binds the listener.
     pub async fn start(config: ServeConfig) -> Result<Self, StartError> {
         config.engine.horizon.check().map_err(StartError::Config)?;
+        config.lab.check().map_err(StartError::Config)?;
         // Ports first: a taken port should fail fast, before a local PostgreSQL is started.
         let addr = config.addr;
         let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
@@ -121,6 +123,24 @@ impl Server {
         let settings = crate::idempotency::EngineSettings { gateway_timeout: config.gateway.timeout, ..config.engine };
         let engine = Engine::new(database.pool.clone(), settings, events);
         let web = crate::web::WebState::new(config.web.clone(), gateway.base_url());
+        let lab = Arc::new(Lab::new(config.lab.clone()));
+        if lab.strategy() == Strategy::Redis
+            && let Err(err) = lab.redis().await
+        {
+            database.close().await;
+            return Err(StartError::Config(format!(
+                "PAYONCE_CLAIM_STRATEGY=redis, but Redis at REDIS_URL cannot be reached: {err}"
+            )));
+        }
+        if lab.strategy() != Strategy::OnConflict || lab.is_lab() {
+            tracing::warn!(
+                strategy = %lab.strategy(),
+                lab = lab.is_lab(),
+                "claim strategy {}{}",
+                lab.strategy(),
+                if lab.is_lab() { " (lab mode: /lab/{strategy}/v1/payments is mounted)" } else { "" }
+            );
+        }
         let state = AppState {
             auth: Arc::new(Authenticator::new(database.pool.clone())),
             engine,
@@ -129,6 +149,7 @@ impl Server {
             metrics: crate::metrics::install(),
             web,
             webhook_secret: webhook_secret.map(Arc::new),
+            lab,
         };
         let fds = FdBudget {
             reserved: RESERVED_FDS + u64::from(config.database.pool_size),

@@ -11,6 +11,7 @@
 //! chart      the outcomes chart, drawn as SVG on the server
 //! pages      /admin (overview), /admin/keys, /admin/keys/{id} and its two actions
 //! gateway    /admin/gateway: the simulator's faults, and the double-charge audit
+//! lab        /admin/lab: the claim-strategy lab's storms, run and stored (lab mode only)
 //! ```
 //!
 //! Routes:
@@ -23,11 +24,13 @@
 //! POST /admin/keys/{id}/release              release a stuck key (fenced by lease_token)
 //! POST /admin/keys/{id}/expire               expire a final key now (fenced by lease_token)
 //! GET  /admin/gateway  POST /admin/gateway/faults   (only while the gateway is a simulator)
+//! GET  /admin/lab  POST /admin/lab/runs  GET /admin/lab/runs/{id}   (lab mode only)
 //! ```
 
 pub mod accounts;
 mod chart;
 mod gateway;
+mod lab;
 mod login;
 mod pages;
 mod queries;
@@ -59,6 +62,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(login::router())
         .merge(pages::router())
         .merge(gateway::router())
+        .merge(lab::router())
         .layer(axum::middleware::from_fn_with_state(
             csrf::Policy { cookie: COOKIE, secure: config.secure_cookies },
             csrf::protect,
@@ -94,6 +98,7 @@ impl Operator {
             simulator: state.web.simulator.is_active().await,
             htmx: page::HTMX_PATH,
             refusal,
+            strategy: StrategyBanner::of(&state.lab),
         })
     }
 
@@ -115,6 +120,29 @@ pub struct Chrome {
     pub htmx: &'static str,
     /// The gateway refused payonce's own requests lately: its configuration needs an operator.
     pub refusal: Option<RefusalBanner>,
+    /// Which claim strategy runs, shown on every page unless it is the engine's own outside the
+    /// lab ([`crate::lab`]).
+    pub strategy: Option<StrategyBanner>,
+}
+
+/// What the claim-strategy banner says.
+pub struct StrategyBanner {
+    pub name: &'static str,
+    /// Whether the strategy charges at most once (check-then-insert does not).
+    pub safe: bool,
+    /// Lab mode: every strategy at /lab/{strategy}/v1/payments, and the Lab page.
+    pub lab: bool,
+}
+
+impl StrategyBanner {
+    fn of(lab: &crate::lab::Lab) -> Option<Self> {
+        let strategy = lab.strategy();
+        (strategy != crate::lab::Strategy::OnConflict || lab.is_lab()).then(|| Self {
+            name: strategy.as_str(),
+            safe: strategy.is_safe(),
+            lab: lab.is_lab(),
+        })
+    }
 }
 
 /// How far back the refusal banner looks.

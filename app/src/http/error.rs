@@ -67,6 +67,9 @@ pub enum ApiError {
     /// edge should have caught first).
     #[error("the database refused a value: {0}")]
     DatabaseRefused(sqlx::Error),
+    /// The lab's redis strategy could not reach Redis, its lock service.
+    #[error("the lock service (Redis) is unavailable: {detail}")]
+    LockServiceUnavailable { detail: String, retry_after: Duration },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -242,6 +245,14 @@ impl ApiError {
                     err.as_database_error().map_or_else(|| err.to_string(), |db| db.message().to_owned())
                 ),
             ),
+            Self::LockServiceUnavailable { retry_after, .. } => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "lock-service-unavailable",
+                "Lock service unavailable",
+                "This server claims keys in Redis (the lab's redis strategy) and Redis cannot be reached. Nothing was \
+                 charged by this request; retry with the same Idempotency-Key after Retry-After.",
+            )
+            .with("retry_after", retry_after.as_secs()),
             Self::Internal(_) => Problem::new(
                 S::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -258,6 +269,7 @@ impl ApiError {
                 Some(whole_seconds(retry_after.as_secs_f64()))
             }
             Self::DatabaseUnavailable(_) => Some(DATABASE_RETRY_AFTER),
+            Self::LockServiceUnavailable { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

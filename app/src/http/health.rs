@@ -17,9 +17,25 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The process is up and serving HTTP. Checks nothing else, so a database outage does not make
-/// an orchestrator restart healthy servers.
-async fn healthz() -> axum::Json<Value> {
-    axum::Json(json!({"status": "ok"}))
+/// an orchestrator restart healthy servers. Says which claim strategy runs (loudly, when it is
+/// not the engine's own) and how much of the pool is in use, for the lab's benchmark.
+async fn healthz(State(state): State<AppState>) -> axum::Json<Value> {
+    let strategy = state.lab.strategy();
+    let pool = state.engine.pool();
+    let mut body = json!({
+        "status": "ok",
+        "claim_strategy": strategy.as_str(),
+        "lab": state.lab.is_lab(),
+        "pool": {"size": pool.size(), "idle": pool.num_idle(), "max": pool.options().get_max_connections()},
+    });
+    if !strategy.is_safe() {
+        body["warning"] = json!(format!(
+            "claim strategy {strategy} CHARGES TWICE under concurrent retries: a lab server, never for real payments"
+        ));
+    } else if strategy != crate::lab::Strategy::OnConflict {
+        body["warning"] = json!(format!("claim strategy {strategy}: a lab strategy, see docs/strategies.md"));
+    }
+    axum::Json(body)
 }
 
 /// The process can do useful work: the database answers.

@@ -9,6 +9,7 @@ pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod lab;
 pub mod payments;
 pub mod problem;
 pub mod webhooks;
@@ -46,6 +47,8 @@ pub struct AppState {
     /// The secret Stripe signs webhook events with (`whsec_…`); without one, `POST
     /// /webhooks/stripe` refuses every event.
     pub webhook_secret: Option<Arc<crate::config::Secret>>,
+    /// The claim strategy and lab mode ([`crate::lab`]).
+    pub lab: Arc<crate::lab::Lab>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -55,6 +58,7 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
     let html = html(&state);
     let routes = Router::new().merge(health::router()).merge(payments::router()).merge(webhooks::router()).merge(html);
     let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
+    let routes = if state.lab.is_lab() { routes.merge(lab::router()) } else { routes };
     assemble(routes, state)
 }
 

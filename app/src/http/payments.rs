@@ -15,6 +15,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
 use crate::idempotency::{Busy, Claim, IdempotencyKey, Operation, StoredResponse};
+use crate::lab::Strategy;
 use crate::payments::process::{self, ProcessError};
 use crate::payments::{self, CreatePayment, NewPayment, PaymentId, store};
 
@@ -58,7 +59,23 @@ pub struct Answer {
 /// The work runs in its own task. If the client hangs up, axum drops the handler's future; the
 /// task keeps going to its next recovery point instead of stopping at an arbitrary await.
 pub async fn execute(state: AppState, op: Operation) -> Result<Answer, ApiError> {
-    tokio::spawn(submit(state, op).in_current_span())
+    let strategy = state.lab.strategy();
+    execute_with(state, strategy, op).await
+}
+
+/// [`execute`] under a given claim strategy: `on-conflict` is the engine, any other one the lab's
+/// ([`crate::lab`]). The one place the lab meets the payment flow.
+pub async fn execute_with(state: AppState, strategy: Strategy, op: Operation) -> Result<Answer, ApiError> {
+    let work = async move {
+        match strategy {
+            Strategy::OnConflict => submit(state, op).await,
+            other => {
+                let answer = crate::lab::submit(&state.lab, state.engine.pool(), &state.gateway, other, &op).await?;
+                Ok(Answer { stored: answer.stored, replayed: answer.replayed })
+            }
+        }
+    };
+    tokio::spawn(work.in_current_span())
         .await
         .map_err(|err| ApiError::Internal(format!("payment task failed: {err}")))?
 }

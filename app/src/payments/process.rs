@@ -208,7 +208,7 @@ pub(super) fn charge_for<'a>(payment: &'a Payment, lease: &Lease) -> Charge<'a> 
 /// on the PaymentIntent (which payment, for whom, under which client key). The load tests group
 /// the gateway's ledger by these to prove nothing was charged twice; reconciliation searches by
 /// `payonce_payment`.
-fn charge_with_key<'a>(payment: &'a Payment, client_key: &str, downstream_key: String) -> Charge<'a> {
+pub(crate) fn charge_with_key<'a>(payment: &'a Payment, client_key: &str, downstream_key: String) -> Charge<'a> {
     let mut metadata: HashMap<String, String> = match &payment.metadata {
         Value::Object(map) => map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect(),
         _ => HashMap::new(),
@@ -354,7 +354,7 @@ pub(super) async fn not_charged(
 
 /// The response every retry of this key will get from now on: the payment (201 once it
 /// succeeded, 202 while it is pending), or the 402 problem of its decline.
-fn final_response(payment: &Payment, decline: Option<&Decline>) -> StoredResponse {
+pub(crate) fn final_response(payment: &Payment, decline: Option<&Decline>) -> StoredResponse {
     let Some(decline) = decline else {
         let status =
             if payment.status == PaymentStatus::Succeeded { StatusCode::CREATED } else { StatusCode::ACCEPTED };

@@ -410,6 +410,8 @@ pub struct Options {
     pub stripe_secret_key: &'static str,
     /// The HTML side's settings (idle sign-out, workshop mode).
     pub web: payonce::config::WebConfig,
+    /// The claim strategy and lab mode.
+    pub lab: payonce::lab::LabSettings,
 }
 
 /// The budget with production's `max_attempts` and no waiting between attempts.
@@ -432,6 +434,7 @@ impl Default for Options {
             webhook_secret: None,
             stripe_secret_key: SIM_SECRET_KEY,
             web: Default::default(),
+            lab: Default::default(),
         }
     }
 }
@@ -497,6 +500,7 @@ impl TestApp {
             web: options.web,
             admin_only: false,
             http: Default::default(),
+            lab: options.lab,
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();

@@ -14,6 +14,7 @@ mod database;
 mod helpers;
 mod input;
 mod keys;
+mod lab;
 mod login;
 mod outage;
 mod pending;
