@@ -61,6 +61,11 @@ enum Command {
         #[command(subcommand)]
         command: DbCommand,
     },
+    /// Bulk operations through the HTTP API, safe to run again (docs/batch.md).
+    Batch {
+        #[command(subcommand)]
+        command: crate::batch::BatchCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -496,6 +501,10 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The batch client has exit codes of its own (docs/batch.md).
+    if let Command::Batch { command } = cli.command {
+        return runtime.block_on(crate::batch::main(command));
+    }
     match runtime.block_on(run(cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -538,6 +547,7 @@ async fn run(command: Command) -> CliResult {
             created?;
             tracing::info!(name, "admin created; sign in at /admin/login");
         }
+        Command::Batch { .. } => unreachable!("handled in main"),
         Command::StripeSim(args) => {
             let listener = tokio::net::TcpListener::bind(args.addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "Stripe simulator listening (ledger: /_sim/charges, faults: /_sim/faults)");

@@ -7,7 +7,10 @@
 //! # Layout
 //!
 //! ```text
-//! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim
+//! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim,
+//!                batch
+//! batch          `payonce batch charge FILE.csv`: a resumable bulk charge client of the HTTP API,
+//!                one Idempotency-Key per row derived before the first request (docs/batch.md)
 //! config         runtime configuration resolved from flags and environment
 //! server         `payonce serve`: startup and orderly shutdown of everything below
 //! listener       the HTTP/1.1 accept loop: connection cap, header, idle and body timeouts
@@ -72,6 +75,7 @@
 //! See `docs/lifecycle.md` for the full state machine.
 
 pub mod admin;
+pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod customers;
