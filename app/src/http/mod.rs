@@ -9,8 +9,10 @@ pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod idempotent;
 pub mod payments;
 pub mod problem;
+pub mod refunds;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -80,7 +82,12 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
         .merge(crate::admin::router(&state))
         .merge(crate::shop::router(&state))
         .merge(crate::web::page::assets_router());
-    let routes = Router::new().merge(health::router()).merge(payments::router()).merge(webhooks::router()).merge(html);
+    let routes = Router::new()
+        .merge(health::router())
+        .merge(payments::router())
+        .merge(refunds::router())
+        .merge(webhooks::router())
+        .merge(html);
     let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
     routes
         .fallback(|| async { ApiError::NotFound })

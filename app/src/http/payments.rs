@@ -1,6 +1,6 @@
 //! `/v1/payments`: create (idempotent), show, list.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -8,14 +8,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tracing::Instrument;
 use uuid::Uuid;
 
-use super::AppState;
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
-use crate::idempotency::{Busy, Claim, IdempotencyKey, Operation, StoredResponse};
-use crate::payments::process::{self, ProcessError};
+use super::{AppState, idempotent};
+pub use crate::idempotency::Answer;
+use crate::idempotency::{IdempotencyKey, Operation};
+use crate::payments::process::Payments;
 use crate::payments::{self, CreatePayment, NewPayment, PaymentId, store};
 
 pub fn router() -> Router<AppState> {
@@ -43,52 +43,11 @@ pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewPayment) -
     Ok(Operation::new(customer_id, key, "POST", payments::ROUTE, request))
 }
 
-/// The final answer to a payment request.
-#[derive(Debug)]
-pub struct Answer {
-    /// The stored response: a 201 or 202 with the payment, or a final problem (402, 502).
-    pub stored: StoredResponse,
-    /// Whether it was replayed from an earlier request with the same key.
-    pub replayed: bool,
-}
-
 /// Runs a payment operation to its final answer, or fails with why it has none yet (in flight,
 /// gateway unavailable, …). Used by the API and by the shop's checkout.
-///
-/// The work runs in its own task. If the client hangs up, axum drops the handler's future; the
-/// task keeps going to its next recovery point instead of stopping at an arbitrary await.
 pub async fn execute(state: AppState, op: Operation) -> Result<Answer, ApiError> {
-    tokio::spawn(submit(state, op).in_current_span())
-        .await
-        .map_err(|err| ApiError::Internal(format!("payment task failed: {err}")))?
-}
-
-/// Claims the key and answers: replay, 409, or drive the work and answer with its result.
-async fn submit(state: AppState, op: Operation) -> Result<Answer, ApiError> {
-    // Losing the lease mid-way means another worker took over; looking at the key again tells
-    // the client what became of it (usually "in flight").
-    for _ in 0..3 {
-        match state.engine.claim(&op, &state.owner).await? {
-            Claim::Completed(stored) => return Ok(Answer { stored, replayed: true }),
-            Claim::InFlight { retry_after, reason } => {
-                // A live lease says when the key is certainly resolvable (finished, or free to
-                // take over if its holder died). A live holder finishes its gateway call, or gives
-                // the key back, within the gateway timeout: a retry is useful after the sooner.
-                // A backoff or a spent budget says exactly when the key may be taken again.
-                let retry_after = match reason {
-                    Busy::InFlight => retry_after.min(state.gateway.timeout()).max(Duration::from_secs(1)),
-                    Busy::Backoff | Busy::Reconciling => retry_after,
-                };
-                return Err(ApiError::InFlight { retry_after, reason });
-            }
-            Claim::Acquired(lease) => match process::run(&state.gateway, lease).await {
-                Ok(stored) => return Ok(Answer { stored, replayed: false }),
-                Err(ProcessError::LeaseLost(_)) => continue,
-                Err(err) => return Err(err.into()),
-            },
-        }
-    }
-    Err(ApiError::InFlight { retry_after: Duration::from_secs(1), reason: Busy::InFlight })
+    let payments = Arc::new(Payments::new(state.gateway.clone()));
+    idempotent::execute(state, payments, op).await
 }
 
 /// `GET /v1/payments/{id}`: one of the caller's payments; anyone else's is a 404.

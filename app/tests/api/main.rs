@@ -19,6 +19,7 @@ mod outage;
 mod pending;
 mod reconcile;
 mod recovery;
+mod refunds;
 mod refusals;
 mod scoping;
 mod shop;
