@@ -29,11 +29,16 @@
 //!   replays      final answers replayed recently, kept in memory for a few seconds
 //!   events       the append-only `idempotency_events` log
 //!   operator     the dashboard's fenced actions: release a stuck key, expire a final one
+//!   operation    the seam an operation implements (`Idempotent`: route, first write, resume),
+//!                and the registry the sweeper drives abandoned keys through
 //! payments       the payment resource:
 //!   process      its recovery points (started → payment_created → finished): one short
 //!                statement each, the gateway call between them
 //!   reconcile    asking the gateway what became of it: spent keys, pending payments
 //!   webhook      Stripe's events, recorded in an inbox and applied once, forward only
+//! refunds        the refund resource, the second idempotent operation: its amount reserved on
+//!                the payment at the first write (the claim's transaction), so different keys
+//!                never refund more than was paid
 //! gateway        Stripe through async-stripe (over a pooled transport), with a deterministic
 //!                downstream idempotency key
 //!   outcome      every answer as one of succeeded, declined, pending, refused, unknown
@@ -88,9 +93,18 @@ pub mod lab;
 pub mod listener;
 pub mod metrics;
 pub mod payments;
+pub mod refunds;
 pub mod server;
 pub mod shop;
 pub mod simulator;
 pub mod sweeper;
 pub mod telemetry;
 pub mod web;
+
+/// Every idempotent operation payonce serves, by route: what the sweeper completes abandoned keys
+/// with, without knowing which is which.
+pub fn operations(gateway: &gateway::Gateway) -> idempotency::Operations {
+    idempotency::Operations::default()
+        .with(payments::process::Payments::new(gateway.clone()))
+        .with(refunds::Refunds::new(gateway.clone()))
+}

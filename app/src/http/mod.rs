@@ -9,9 +9,11 @@ pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod idempotent;
 pub mod lab;
 pub mod payments;
 pub mod problem;
+pub mod refunds;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -56,7 +58,12 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// The whole application. `bench_routes` adds the benchmark-only routes ([`bench`]).
 pub fn router(state: AppState, bench_routes: bool) -> Router {
     let html = html(&state);
-    let routes = Router::new().merge(health::router()).merge(payments::router()).merge(webhooks::router()).merge(html);
+    let routes = Router::new()
+        .merge(health::router())
+        .merge(payments::router())
+        .merge(refunds::router())
+        .merge(webhooks::router())
+        .merge(html);
     let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
     let routes = if state.lab.is_lab() { routes.merge(lab::router()) } else { routes };
     assemble(routes, state)

@@ -17,6 +17,7 @@ use super::{Engine, EventKind, secs};
 struct Abandoned {
     id: Uuid,
     customer_id: Uuid,
+    route: String,
     key: String,
     lease_token: i64,
     recovery_point: String,
@@ -53,7 +54,7 @@ impl Engine {
                        updated_at = now()
                   from abandoned
                  where k.id = abandoned.id
-                returning k.id, k.customer_id, k.key, k.lease_token, k.recovery_point, k.request, k.attempts,
+                returning k.id, k.customer_id, k.route, k.key, k.lease_token, k.recovery_point, k.request, k.attempts,
                           k.created_at
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
@@ -61,7 +62,7 @@ impl Engine {
                        jsonb_build_object('owner', $1::text, 'recovery_point', recovery_point, 'attempts', attempts)
                 from reclaimed
             )
-            select id, customer_id, key, lease_token, recovery_point, request, attempts,
+            select id, customer_id, route, key, lease_token, recovery_point, request, attempts,
                    extract(epoch from now() - created_at)::float8 as "age_secs!"
             from reclaimed
             "#,
@@ -86,6 +87,7 @@ impl Engine {
                 self.clone(),
                 row.id,
                 row.customer_id,
+                row.route,
                 row.key,
                 row.lease_token,
                 recovery_point,

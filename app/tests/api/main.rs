@@ -21,6 +21,7 @@ mod outage;
 mod pending;
 mod reconcile;
 mod recovery;
+mod refunds;
 mod refusals;
 mod scoping;
 mod shop;
