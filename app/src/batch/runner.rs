@@ -102,7 +102,8 @@ pub struct Runner {
     auth: HeaderValue,
     settings: Settings,
     started: Instant,
-    /// Milliseconds from `started` to the latest final answer of any row (0: none yet).
+    /// One more than the milliseconds from `started` to the latest final answer of any row
+    /// (0: none yet).
     last_final_ms: AtomicU64,
 }
 
@@ -230,7 +231,7 @@ impl Runner {
             };
             match answer {
                 Answer::Final(result) => {
-                    let ms = (self.started.elapsed().as_millis() as u64).max(1);
+                    let ms = self.started.elapsed().as_millis() as u64 + 1;
                     self.last_final_ms.fetch_max(ms, Ordering::Relaxed);
                     return result;
                 }
@@ -264,7 +265,7 @@ impl Runner {
     /// is getting through, and the other rows would only wait as long each.
     fn gave_up(&self, row_started: Instant, stop: &Stop) {
         let row_started_ms = row_started.duration_since(self.started).as_millis() as u64;
-        if self.last_final_ms.load(Ordering::Relaxed) < row_started_ms {
+        if self.last_final_ms.load(Ordering::Relaxed) <= row_started_ms {
             stop.request(format!(
                 "no row got a final answer in {} s: the API is unavailable; run the batch again later",
                 self.settings.give_up_after.as_secs()
@@ -314,6 +315,29 @@ mod tests {
             let late = delay(40, None);
             assert!(late >= Duration::from_secs(5) && late <= Duration::from_secs(10), "{late:?}");
         }
+    }
+
+    /// A row given up while others get final answers is that row's problem; a row given up with
+    /// no final answer anywhere since it started means the API is down: the run stops.
+    #[test]
+    fn stops_the_run_only_when_nothing_gets_through() {
+        let settings = Settings {
+            api_url: "http://127.0.0.1:9".into(),
+            api_key: "po_x".into(),
+            concurrency: 1,
+            give_up_after: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(1),
+        };
+        let runner = Runner::new(settings.clone()).unwrap();
+        let stop = Stop::default();
+        runner.last_final_ms.store(u64::MAX / 2, Ordering::Relaxed);
+        runner.gave_up(Instant::now(), &stop);
+        assert_eq!(stop.reason(), None, "other rows got through after this one started");
+        let runner = Runner::new(settings.clone()).unwrap();
+        runner.gave_up(runner.started, &stop);
+        assert!(stop.reason().is_some_and(|why| why.contains("the API is unavailable")));
+        let https = Runner::new(Settings { api_url: "https://example.com".into(), ..settings });
+        assert!(matches!(https, Err(StartError::Config(_))));
     }
 
     /// Stopping wakes a sleeping retry at once.
