@@ -316,7 +316,10 @@ async fn payments_can_be_read_and_listed() {
 async fn probes_and_unknown_routes() {
     let app = TestApp::spawn().await;
     let (status, _, body) = parts(app.client.get(app.url("/healthz")).send().await.unwrap()).await;
-    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
+    assert_eq!(
+        (status, &body["status"], &body["claim_strategy"]),
+        (StatusCode::OK, &json!("ok"), &json!("on-conflict"))
+    );
     let (status, _, body) = parts(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"status": "ready"})));
     let response = app.client.get(app.url("/nowhere")).send().await.unwrap();
