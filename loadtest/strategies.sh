@@ -54,15 +54,15 @@ work=$(mktemp -d -t payonce-strategies.XXXXXX)
 . loadtest/stack.sh
 trap 'stack_down; rm -rf "$work"' EXIT
 # Short leases, so that the keys a killed server held are taken over within seconds.
-export RUST_LOG=warn PAYONCE_DB_POOL_SIZE=$pool_size PAYONCE_LAB=1 PAYONCE_LEASE_SECS=3 PAYONCE_REDIS_LEASE_MS=3000 \
+export RUST_LOG=warn PAYONCE_DB_POOL_SIZE=$pool_size PAYONCE_LEASE_SECS=3 PAYONCE_REDIS_LEASE_MS=3000 \
     PAYONCE_GATEWAY_TIMEOUT_SECS=10
-stack_up 2
+stack_up 2 --lab
 servers=$BASE_URLS
 echo "simulator $SIM_URL, lab servers $servers (pool $pool_size each)" >&2
 
 # Samples both servers' /healthz every 50 ms; prints the peak of pooled connections in use.
 pool_sampler() {
-    python3 - "$@" <<'EOF'
+    exec python3 - "$@" <<'EOF'
 import json, sys, time, urllib.request, signal
 peak = 0
 def done(*_):
@@ -97,8 +97,8 @@ measure() {
 # A row of the table from a report.
 row() {
     local name=$1 label=$2
-    jq -r --arg label "$label" --arg pool "$(cat "$work/$name.pool" 2>/dev/null || echo '?')" --arg max "$pool_size" '
-        [ $label,
+    jq -r --arg name "$label" --arg pool "$(cat "$work/$name.pool" 2>/dev/null || echo '?')" --arg max "$pool_size" '
+        [ $name,
           "\(.audit.double_charged | length) / \(.audit.keys_charged)",
           (.stats.throughput | floor | tostring),
           (if .stats.latency then (.stats.latency.p99_ms | . * 10 | round / 10 | tostring) else "-" end),
@@ -140,7 +140,7 @@ restart_server_1() {
     echo "  kill -9 server 1 (pid ${stack_pids[1]})" >&2
     sleep 1
     STRIPE_SECRET_KEY=sk_test_stack STRIPE_API_BASE="$SIM_URL/" \
-        "$payonce" serve --addr "127.0.0.1:$port" >>"$work/server1.log" 2>&1 &
+        "$payonce" serve --addr "127.0.0.1:$port" --lab >>"$work/server1.log" 2>&1 &
     stack_pids[1]=$!
     echo "  server 1 restarted (pid $!)" >&2
 }
@@ -175,11 +175,12 @@ if [ "${SKIP_REDIS_RESTART:-0}" != 1 ]; then
     redis_rows+=("redis-restart=redis")
 fi
 
+# KEEP_REPORTS=DIR keeps every run's JSON report (and pool peak) for a closer look.
+if [ -n "${KEEP_REPORTS:-}" ]; then mkdir -p "$KEEP_REPORTS" && cp "$work"/*.json "$work"/*.pool "$KEEP_REPORTS"/; fi
 table "1. the storm: $duplicates requests per key at once, $concurrency keys at a time, gateway ${latency_ms} ms, two servers" "${storm_rows[@]}"
 table "2. a slow gateway: ${slow_ms} ms per charge, $((pool_size * 2)) keys at a time, 2 requests each, pool $pool_size per server" "${slow_rows[@]}"
 table "3. kill -9 of one server mid-charge (retry storm, gateway 1 s, 16 clients, server 1 restarted after 1 s)" "${kill_rows[@]}"
 if [ ${#redis_rows[@]} -gt 0 ]; then
     table "4. Redis restarted without persistence mid-storm (retry storm, gateway 1 s)" "${redis_rows[@]}"
 fi
-# KEEP_REPORTS=DIR keeps every run's JSON report (and pool peak) for a closer look.
-if [ -n "${KEEP_REPORTS:-}" ]; then mkdir -p "$KEEP_REPORTS" && cp "$work"/*.json "$work"/*.pool "$KEEP_REPORTS"/; fi
+

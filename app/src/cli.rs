@@ -186,7 +186,7 @@ struct LabArgs {
 
     /// Lab mode: allow check-then-insert, serve POST /lab/{strategy}/v1/payments for all four
     /// strategies side by side, and the dashboard's Lab page. Never for real payments.
-    #[arg(long, env = "PAYONCE_LAB")]
+    #[arg(long, env = "PAYONCE_LAB", value_parser = clap::builder::BoolishValueParser::new())]
     lab: bool,
 
     /// Redis, for the redis strategy.

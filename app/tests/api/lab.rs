@@ -252,6 +252,18 @@ async fn lab_routes_exist_only_in_lab_mode() {
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 }
 
+/// `PAYONCE_LAB=1` is lab mode, as documented: the binary then serves check-then-insert.
+#[tokio::test]
+async fn payonce_lab_1_allows_check_then_insert() {
+    let database = crate::helpers::TestDatabase::create().await;
+    let sim = payonce::simulator::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let env = [("PAYONCE_CLAIM_STRATEGY", "check-then-insert"), ("PAYONCE_LAB", "1")];
+    let server = crate::helpers::ServerProcess::start(&database.url, &sim.base_url(), &env).await;
+    let health: Value = reqwest::get(server.url("/healthz")).await.unwrap().json().await.unwrap();
+    assert_eq!(health["claim_strategy"], "check-then-insert");
+    assert_eq!(health["lab"], true);
+}
+
 /// check-then-insert without --lab: the server refuses to start, saying why and how.
 #[tokio::test]
 async fn check_then_insert_is_refused_without_lab() {
