@@ -144,6 +144,9 @@ start_process() {
     shift 2
     "$@" >> "$WORKSHOP_DIR/$name.log" 2>&1 &
     pid=$!
+    # Not a job of this shell: a `wait` for the exercise's own background work must not wait for
+    # the servers too.
+    disown 2>/dev/null || true
     echo "$pid" > "$WORKSHOP_DIR/$name.pid"
     for _ in $(seq 600); do
         if curl -sf -o /dev/null "$ready"; then return 0; fi
