@@ -7,13 +7,14 @@
 //! # Layout
 //!
 //! ```text
-//! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim
+//! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim, db
 //! config         runtime configuration resolved from flags and environment
 //! server         `payonce serve`: startup and orderly shutdown of everything below
 //! listener       the HTTP/1.1 accept loop: connection cap, header, idle and body timeouts
 //! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
 //! metrics        Prometheus counters and histograms (`GET /metrics`)
-//! db             the connection pool, migrations, and the zero-config local PostgreSQL
+//! db             the connection pool, migrations, and the zero-config local PostgreSQL (which
+//!                keeps its port across restarts: `payonce db url|start|stop`)
 //! customers      API customers and their keys (hashed, compared in constant time, cached 30 s)
 //! idempotency    the engine, independent of what a request does:
 //!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)
