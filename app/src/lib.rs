@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim,
-//!                batch
+//!                db, batch
 //! batch          `payonce batch charge FILE.csv`: a resumable bulk charge client of the HTTP API,
 //!                one Idempotency-Key per row derived before the first request (docs/batch.md)
 //! config         runtime configuration resolved from flags and environment
@@ -16,7 +16,8 @@
 //! listener       the HTTP/1.1 accept loop: connection cap, header, idle and body timeouts
 //! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
 //! metrics        Prometheus counters and histograms (`GET /metrics`)
-//! db             the connection pool, migrations, and the zero-config local PostgreSQL
+//! db             the connection pool, migrations, and the zero-config local PostgreSQL (which
+//!                keeps its port across restarts: `payonce db url|start|stop`)
 //! customers      API customers and their keys (hashed, compared in constant time, cached 30 s)
 //! idempotency    the engine, independent of what a request does:
 //!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)

@@ -189,10 +189,12 @@ impl Server {
             shutdown.await;
             let _ = stop.send(true);
         });
-        let sweeper = Sweeper::new(state.engine.clone(), state.gateway.clone(), sweeper, owner_name("sweeper"));
+        // No sweeper for a dashboard alone; and none built either, since its handle on the
+        // event log would keep the writer (awaited below) from ever ending.
         let sweeper = if admin_only {
             tokio::spawn(std::future::ready(()))
         } else {
+            let sweeper = Sweeper::new(state.engine.clone(), state.gateway.clone(), sweeper, owner_name("sweeper"));
             tokio::spawn(sweeper.run(stopped(stopping.clone())))
         };
 

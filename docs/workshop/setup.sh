@@ -144,6 +144,9 @@ start_process() {
     shift 2
     "$@" >> "$WORKSHOP_DIR/$name.log" 2>&1 &
     pid=$!
+    # Not a job of this shell: a `wait` for the exercise's own background work must not wait for
+    # the servers too.
+    disown 2>/dev/null || true
     echo "$pid" > "$WORKSHOP_DIR/$name.pid"
     for _ in $(seq 600); do
         if curl -sf -o /dev/null "$ready"; then return 0; fi
@@ -158,14 +161,17 @@ start_process() {
     return 1
 }
 
-# stop_process NAME SIGNAL: signals the process started as NAME and waits until it is gone.
+# stop_process NAME SIGNAL: signals the process started as NAME and waits until it is gone
+# (kill -9 after 30 s, saying so).
 stop_process() {
     local pid
     pid=$(cat "$WORKSHOP_DIR/$1.pid" 2>/dev/null) || return 0
     kill "-$2" "$pid" 2>/dev/null || true
     for _ in $(seq 300); do
-        kill -0 "$pid" 2>/dev/null || break
+        kill -0 "$pid" 2>/dev/null || { rm -f "$WORKSHOP_DIR/$1.pid"; return 0; }
         sleep 0.1
     done
+    echo "workshop: $1 did not stop within 30 s of SIG$2: killed" >&2
+    kill -KILL "$pid" 2>/dev/null || true
     rm -f "$WORKSHOP_DIR/$1.pid"
 }

@@ -122,7 +122,7 @@ fn stuck_why(
         Some(t) if t.starts_with("lease_lost") => "its holder found its lease taken over and stopped".to_owned(),
         _ => format!(
             "its holder stopped without a word (crashed, killed or cut off){}",
-            heartbeat_age.map(|age| format!(": last heard of {}", ago(age))).unwrap_or_default()
+            heartbeat_age.map(|age| format!(": last heard from {}", ago(age))).unwrap_or_default()
         ),
     };
     let budget = if exhausted {

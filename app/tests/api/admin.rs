@@ -727,4 +727,8 @@ async fn an_admin_only_server_serves_the_dashboard_alone() {
     assert!(keys.contains("order-1"), "the other server's key: {keys}");
     let gateway = client.get(dashboard.url("/admin/gateway")).send().await.unwrap().text().await.unwrap();
     assert!(gateway.contains("1 charge in the simulator"), "it audits the servers' simulator: {gateway}");
+    // It stops when told to (it once waited forever for an event log nobody writes to).
+    let mut dashboard = dashboard;
+    let status = dashboard.terminate(Duration::from_secs(10)).await.expect("stopped within 10 s of SIGTERM");
+    assert!(status.success(), "{status}");
 }

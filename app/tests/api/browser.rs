@@ -376,3 +376,60 @@ async fn the_shop_fits_a_phone() {
     assert_eq!(overflow(&browser).await, 0, "receipt");
     browser.close().await;
 }
+
+/// Every state the dashboard tells apart, seen by an operator: completed, declined, stuck (saying
+/// why), expired (its tombstone, found by the Expired card) and paid again after expiry (apart
+/// from double charges in the audit). The screenshots are docs/images/ (`docs/images/update.sh`).
+#[tokio::test]
+async fn the_fixed_pages_as_an_operator_sees_them() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    for key in ["order-1", "order-2", "order-7"] {
+        let response = app.post_payment(&api_key, Some(key), &payment(1000)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let declined = json!({"amount": 1500, "currency": "usd", "payment_method": "pm_card_chargeDeclined"});
+    let response = app.post_payment(&api_key, Some("order-3"), &declined).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+    let engine = crashing_engine(&app, Duration::from_secs(1));
+    let stuck = claim_and_crash(&app, &engine, &api_key, "order-4", payment(4200), "http:crashed-host:4242").await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+
+    let browser = Browser::start().await;
+    browser.goto(&app.url("/admin/keys?q=order-7")).await;
+    sign_in(&browser).await;
+    browser.wait_for_text("1 key match").await;
+    browser.click("a[href^='/admin/keys/']").await;
+    browser.click("#expire-summary").await;
+    browser.click("#expire").await;
+    browser.wait_for_text("Expired the key").await;
+    let again = app.post_payment(&api_key, Some("order-7"), &payment(1000)).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+
+    browser.goto(&app.url("/admin")).await;
+    browser.wait_for_text("Keys by state").await;
+    assert_eq!(browser.find("#count-expired .num").await.text().await.unwrap(), "1");
+    browser.screenshot("dashboard-overview").await;
+    browser.click("#count-expired").await;
+    browser.wait_for_path("/admin/keys?state=expired").await;
+    browser.wait_for_text("1 key match").await;
+    browser.click("a[href^='/admin/keys/']").await;
+    browser.wait_for_text("What it was").await;
+    browser.wait_for_text("operator:alice").await;
+    browser.screenshot("dashboard-key-expired").await;
+
+    browser.goto(&app.url("/admin/keys")).await;
+    browser.wait_for_text("Completed · declined").await;
+    browser.wait_for_text("Stuck because its holder stopped without a word").await;
+    browser.screenshot("dashboard-keys").await;
+    browser.goto(&app.url(&format!("/admin/keys/{}", stuck.key_id))).await;
+    browser.wait_for_text("attempts 1/12").await;
+    browser.screenshot("dashboard-key-stuck").await;
+
+    browser.goto(&app.url("/admin/gateway")).await;
+    browser.wait_for_text("No double charges.").await;
+    browser.wait_for_text("Paid again after the key expired (1)").await;
+    browser.screenshot("dashboard-gateway-audit").await;
+    browser.close().await;
+}

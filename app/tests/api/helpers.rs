@@ -369,6 +369,20 @@ impl ServerProcess {
         assert_eq!(found, Ok(true), "payonce never wrote {needle:?}");
     }
 
+    /// SIGTERM, as `docker stop` or a service manager sends it; the process's exit status once it
+    /// has stopped, or `None` if it is still running after `deadline`.
+    pub async fn terminate(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let started = Instant::now();
+        while started.elapsed() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
     /// `kill -9`: no shutdown, no cleanup, exactly like a crash.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

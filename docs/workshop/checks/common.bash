@@ -1,5 +1,11 @@
 # Sourced by every check (not a check itself: check.sh runs only *.sh). The attendee's shell on
 # private ports and a scratch data folder, `up` already run, and assertions that say what broke.
+#
+# A new check (checks/<name>.sh, e.g. the lab's) starts with `. "$(dirname "$0")/common.bash"`,
+# uses keys of its own (the class is shared under check.sh: WORKSHOP_SHARED), puts back any
+# server setting or fault it changes (`stop; serve`, `faults '{}'`), and exits non-zero on
+# failure (`expect`, `expect_match`, `fail`). Run alone (`bash checks/<name>.sh`) it brings up,
+# and takes down, a class of its own.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 repo=$PWD
