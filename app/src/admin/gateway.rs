@@ -41,8 +41,8 @@ async fn reset(State(state): State<AppState>, operator: Operator) -> Result<Resp
             state.engine.workshop_reset(&operator.name).await?;
             Flash::success(
                 "Reset: the simulator's ledger is empty and every key and payment is deleted (customers and \
-                 operators stay). Other servers may replay an answer they remember for up to 10 seconds; the \
-                 simulator also forgot its webhook endpoints (restart the server to deliver webhooks again).",
+                 operators stay; the simulator keeps its webhook endpoints). Other servers may replay an \
+                 answer they remember for up to 10 seconds.",
             )
         }
         Err(err) => Flash::error(format!("Nothing was reset: {err}.")),
