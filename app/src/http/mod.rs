@@ -1,29 +1,34 @@
 //! The HTTP application: routes, shared state, middleware.
 //!
-//! Every route module exposes `router()`; they are merged here. Errors are [`error::ApiError`],
-//! rendered as RFC 9457 problems ([`problem`]); [`edge`] refuses what no route may receive and
-//! gives every other error response a problem body.
+//! Every route module exposes `router()`; they are merged here: the API's in [`api`] (utoipa-axum
+//! routers, each route documented in the OpenAPI description as it is registered, see
+//! [`openapi`]), the pages' in [`router`]. Errors are [`error::ApiError`], rendered as RFC 9457
+//! problems ([`problem`]); [`edge`] refuses what no route may receive and gives every other error
+//! response a problem body.
 
 pub mod bench;
 pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod openapi;
 pub mod payments;
 pub mod problem;
 pub mod webhooks;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
+use axum::{Extension, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::customers::Authenticator;
 use crate::gateway::Gateway;
@@ -49,6 +54,16 @@ pub struct AppState {
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The API: every router here is documented in the OpenAPI description (`GET /openapi.json`).
+/// The one list of the API's routes; a new route module is merged here (see [`openapi`]).
+pub fn api() -> OpenApiRouter<AppState> {
+    openapi::base()
+        .merge(health::router())
+        .merge(payments::router())
+        .merge(webhooks::router())
+        .routes(routes!(openapi::serve))
+}
 
 /// The whole application. `bench_routes` adds the benchmark-only routes ([`bench`]).
 pub fn router(state: AppState, bench_routes: bool) -> Router {
@@ -80,7 +95,9 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
         .merge(crate::admin::router(&state))
         .merge(crate::shop::router(&state))
         .merge(crate::web::page::assets_router());
-    let routes = Router::new().merge(health::router()).merge(payments::router()).merge(webhooks::router()).merge(html);
+    let (api, description) = api().split_for_parts();
+    let api = api.layer(Extension(openapi::Spec::new(description)));
+    let routes = api.merge(html);
     let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
     routes
         .fallback(|| async { ApiError::NotFound })
