@@ -15,6 +15,7 @@ mod helpers;
 mod input;
 mod keys;
 mod login;
+mod openapi;
 mod outage;
 mod pending;
 mod reconcile;
