@@ -38,8 +38,8 @@
 //!                pending payments, deletes expired keys
 //! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
 //! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
-//!                problem responses, and `POST /webhooks/stripe` (the signature checked, then
-//!                payments::webhook)
+//!                problem responses, `POST /webhooks/stripe` (the signature checked, then
+//!                payments::webhook), and the OpenAPI description at `GET /openapi.json`
 //! web            what the HTML side shares: sessions, CSRF, flash messages, assets
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
 //! shop           a demo shop at / with a double-click-proof checkout
