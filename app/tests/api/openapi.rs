@@ -17,7 +17,7 @@ use payonce::http::problem;
 use payonce::idempotency::{Backoff, Budget, Horizon};
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use stripe_webhook::Webhook;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
