@@ -18,8 +18,10 @@
 # Knobs (environment): CONCURRENCY (16), REPLAY_CONCURRENCY (64), REPLAY_RATE (5000), STORM (1000), DURATION (15s),
 # WARMUP (3s), PAYONCE_DB_POOL_SIZE (16), PROFILE (release; `debug` for unoptimised binaries),
 # PAYONCE_BIN, PAYONCE_LOADTEST_BIN, ADMIN_URL (postgres://postgres@127.0.0.1:5432/postgres).
+#   loadtest/bench.sh --strategies   the claim strategies compared instead (loadtest/strategies.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--strategies" ]; then shift; exec loadtest/strategies.sh "$@"; fi
 
 concurrency=${CONCURRENCY:-16}
 replay_concurrency=${REPLAY_CONCURRENCY:-64}

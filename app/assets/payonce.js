@@ -16,3 +16,31 @@
   document.addEventListener("DOMContentLoaded", tick);
   setInterval(tick, 250);
 })();
+
+// The live refresh (htmx, every 2 s) replaces a part of the page. What a person was doing in it
+// survives the swap: open disclosures stay open (by id; htmx itself puts the keyboard focus back
+// on the element with the focused element's id), and what changed is said once in the page's
+// polite live region (the swapped part's data-announce), so a screen reader hears "3 keys match"
+// instead of nothing, or the whole table.
+(function () {
+  "use strict";
+  var open = [];
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    open = Array.prototype.map.call(target.querySelectorAll("details[open][id]"), function (el) { return el.id; });
+    if (target.matches && target.matches("details[open][id]")) { open.push(target.id); }
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    open.forEach(function (id) {
+      var el = document.getElementById(id);
+      if (el) { el.open = true; }
+    });
+    var region = document.getElementById("live-status");
+    var source = document.querySelector("[data-announce]");
+    if (region && source && source.dataset.announce !== region.dataset.last) {
+      // The first refresh only records the page's state; later ones announce a change.
+      if (region.dataset.last !== undefined) { region.textContent = source.dataset.announce; }
+      region.dataset.last = source.dataset.announce;
+    }
+  });
+})();

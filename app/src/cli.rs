@@ -15,6 +15,7 @@ use crate::config::{
 use crate::db::Database;
 use crate::gateway::Gateway;
 use crate::idempotency::{Backoff, Budget, Engine, EngineSettings, EventLog, Horizon};
+use crate::lab::{LabSettings, Strategy};
 use crate::server::{Server, shutdown_signal};
 use crate::sweeper::{Sweeper, SweeperSettings};
 use crate::telemetry::{self, LogFormat};
@@ -55,6 +56,41 @@ enum Command {
     },
     /// Run the Stripe-compatible simulator on its own.
     StripeSim(SimulatorArgs),
+    /// The zero-config local PostgreSQL (used when DATABASE_URL is unset): its URL, start, stop.
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
+    /// Bulk operations through the HTTP API, safe to run again (docs/batch.md).
+    Batch {
+        #[command(subcommand)]
+        command: crate::batch::BatchCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DbCommand {
+    /// Print the URL of payonce's database on the local PostgreSQL, on the port it keeps across
+    /// restarts (whether it runs now or not), e.g. `psql "$(payonce db url)"`.
+    Url(LocalDbArgs),
+    /// Start the local PostgreSQL (on the port it remembers) if it is not running; prints its URL.
+    Start(LocalDbArgs),
+    /// Stop the local PostgreSQL, whoever started it.
+    Stop {
+        /// Stop it as a crash would (`pg_ctl stop -m immediate`: no checkpoint, crash recovery
+        /// at the next start), for outage drills.
+        #[arg(long)]
+        immediate: bool,
+        #[command(flatten)]
+        local: LocalDbArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct LocalDbArgs {
+    /// Folder of the zero-config PostgreSQL.
+    #[arg(long, env = "PAYONCE_DATA_DIR", default_value = ".payonce")]
+    data_dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -128,6 +164,43 @@ struct ServeArgs {
 
     #[command(flatten)]
     http: HttpArgs,
+
+    /// Serve only the dashboard, the shop and the health checks: no payments API, no sweeper, no
+    /// simulator of its own (its gateway panel uses the one at PAYONCE_SIM_ADDR, or STRIPE_API_BASE).
+    /// A dashboard in its own process stays up while the servers it watches are killed.
+    #[arg(long, env = "PAYONCE_ADMIN_ONLY", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    admin_only: bool,
+
+    #[command(flatten)]
+    lab: LabArgs,
+}
+
+/// The claim strategy, and the lab that compares them (docs/strategies.md).
+#[derive(Debug, Args)]
+struct LabArgs {
+    /// How a key is claimed: on-conflict (the engine: INSERT … ON CONFLICT, a lease and a fencing
+    /// token), for-update (a transaction held across the gateway call), redis (a lease in Redis)
+    /// or check-then-insert (double charges by design; only with --lab).
+    #[arg(long, env = "PAYONCE_CLAIM_STRATEGY", default_value = "on-conflict")]
+    claim_strategy: Strategy,
+
+    /// Lab mode: allow check-then-insert, serve POST /lab/{strategy}/v1/payments for all four
+    /// strategies side by side, and the dashboard's Lab page. Never for real payments.
+    #[arg(long, env = "PAYONCE_LAB", value_parser = clap::builder::BoolishValueParser::new())]
+    lab: bool,
+
+    /// Redis, for the redis strategy.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
+    redis_url: String,
+
+    /// The redis strategy's lease (SET … PX): how long a key stays claimed when its holder dies.
+    #[arg(long, env = "PAYONCE_REDIS_LEASE_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..))]
+    redis_lease_ms: u64,
+
+    /// check-then-insert's pause between its check and its insert, which makes its race happen on
+    /// every storm (0: none; the race remains).
+    #[arg(long, env = "PAYONCE_LAB_GAP_MS", default_value_t = 50)]
+    lab_gap_ms: u64,
 }
 
 /// The listener's limits (docs/operations.md, "Limits and timeouts").
@@ -171,6 +244,12 @@ struct WebArgs {
     /// Seconds a sign-in waits for its turn to be checked before it is answered 429.
     #[arg(long, env = "PAYONCE_PASSWORD_CHECK_WAIT_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
     password_check_wait_secs: u64,
+
+    /// Workshop mode, for a classroom: the dashboard's live refresh keeps an operator signed in
+    /// (no idle sign-out on the projector), and the gateway panel can reset the simulator's
+    /// ledger and delete every key and payment. Never in production.
+    #[arg(long, env = "PAYONCE_WORKSHOP", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    workshop: bool,
 }
 
 #[derive(Debug, Args)]
@@ -297,6 +376,18 @@ struct SimulatorArgs {
     /// Address the simulator listens on.
     #[arg(long, env = "PAYONCE_SIM_ADDR", default_value = "127.0.0.1:12111")]
     addr: SocketAddr,
+    /// Deliver every event of the account of --webhook-api-key to this URL (a payonce server's
+    /// `/webhooks/stripe`), signed with --webhook-secret: the endpoint is fixed at startup, so
+    /// that every server configured with the same secret verifies the deliveries.
+    #[arg(long, env = "PAYONCE_SIM_WEBHOOK_URL", requires_all = ["webhook_secret", "webhook_api_key"])]
+    webhook_url: Option<String>,
+    /// The `whsec_…` secret the deliveries to --webhook-url are signed with (the servers'
+    /// STRIPE_WEBHOOK_SECRET).
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    webhook_secret: Option<String>,
+    /// The API key (`sk_…`) whose events go to --webhook-url (the servers' STRIPE_SECRET_KEY).
+    #[arg(long, env = "STRIPE_SECRET_KEY", hide_env_values = true)]
+    webhook_api_key: Option<String>,
 }
 
 impl DatabaseArgs {
@@ -328,6 +419,8 @@ impl EngineArgs {
                 downstream_key_ttl: Duration::from_secs(self.downstream_key_ttl_secs),
                 search_settle: Duration::from_secs_f64(self.search_settle_secs),
             },
+            // Set from the gateway's settings where the engine is built.
+            ..EngineSettings::default()
         }
     }
 }
@@ -377,12 +470,21 @@ impl ServeArgs {
                 admin_idle: Duration::from_secs(self.web.admin_idle_mins * 60),
                 password_checks: self.web.password_checks.map_or_else(default_password_checks, |n| n as usize),
                 password_check_wait: Duration::from_secs(self.web.password_check_wait_secs),
+                workshop: self.web.workshop,
             },
+            admin_only: self.admin_only,
             http: HttpConfig {
                 max_connections: self.http.max_connections as usize,
                 header_read_timeout: Duration::from_secs(self.http.header_read_timeout_secs),
                 body_timeout: Duration::from_secs(self.http.body_timeout_secs),
                 idle_timeout: Duration::from_secs(self.http.idle_timeout_secs),
+            },
+            lab: LabSettings {
+                strategy: self.lab.claim_strategy,
+                lab: self.lab.lab,
+                redis_url: self.lab.redis_url.clone(),
+                redis_lease: Duration::from_millis(self.lab.redis_lease_ms),
+                gap: Duration::from_millis(self.lab.lab_gap_ms),
             },
         }
     }
@@ -399,6 +501,10 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The batch client has exit codes of its own (docs/batch.md).
+    if let Command::Batch { command } = cli.command {
+        return runtime.block_on(crate::batch::main(command));
+    }
     match runtime.block_on(run(cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -441,10 +547,35 @@ async fn run(command: Command) -> CliResult {
             created?;
             tracing::info!(name, "admin created; sign in at /admin/login");
         }
+        Command::Batch { .. } => unreachable!("handled in main"),
         Command::StripeSim(args) => {
             let listener = tokio::net::TcpListener::bind(args.addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "Stripe simulator listening (ledger: /_sim/charges, faults: /_sim/faults)");
-            simulator::serve(listener, simulator::Simulator::new(), shutdown_signal()).await?;
+            let sim = simulator::Simulator::new();
+            if let (Some(url), Some(secret), Some(api_key)) =
+                (&args.webhook_url, &args.webhook_secret, &args.webhook_api_key)
+            {
+                let id = sim.add_webhook_endpoint(api_key, url, secret)?;
+                tracing::info!(endpoint = id, url, "webhook endpoint registered: every event is delivered there");
+            }
+            simulator::serve(listener, sim, shutdown_signal()).await?;
+        }
+        Command::Db { command: DbCommand::Url(local) } => {
+            let url = Database::local_url(&local.data_dir).ok_or_else(|| {
+                format!(
+                    "no local PostgreSQL in {} has started yet: run `payonce db start` (or `payonce serve` without \
+                     DATABASE_URL)",
+                    local.data_dir.display()
+                )
+            })?;
+            println!("{url}");
+        }
+        Command::Db { command: DbCommand::Start(local) } => {
+            println!("{}", Database::start_local(&local.data_dir).await?);
+        }
+        Command::Db { command: DbCommand::Stop { immediate, local } } => {
+            Database::stop_local(&local.data_dir, immediate).await?;
+            tracing::info!(immediate, "the local PostgreSQL is stopped");
         }
     }
     Ok(())
@@ -480,7 +611,8 @@ async fn sweep(args: SweepArgs) -> CliResult {
     let gateway = Gateway::new(stripe.secret_key.expose(), stripe.api_base.as_deref(), args.worker.gateway.timeout())?;
     let database = Database::open(&args.worker.database.config()).await?;
     let (events, event_writer) = EventLog::spawn(database.pool.clone());
-    let engine = Engine::new(database.pool.clone(), args.worker.engine.settings(), events);
+    let settings = EngineSettings { gateway_timeout: args.worker.gateway.timeout(), ..args.worker.engine.settings() };
+    let engine = Engine::new(database.pool.clone(), settings, events);
     let sweeper = Sweeper::new(engine, gateway, args.worker.sweeper.settings(), owner_name("sweeper"));
     if args.once {
         let report = sweeper.sweep().await;

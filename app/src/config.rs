@@ -21,7 +21,13 @@ pub struct ServeConfig {
     /// benchmark. Off by default; never on in production.
     pub bench_routes: bool,
     pub web: WebConfig,
+    /// Serve only the dashboard, the shop and the health checks (`payonce serve --admin-only`):
+    /// no payments API, no sweeper, no simulator of its own. A dashboard in a process of its own
+    /// stays up while the servers it watches are killed (docs/workshop.md).
+    pub admin_only: bool,
     pub http: HttpConfig,
+    /// The claim strategy and lab mode ([`crate::lab`]).
+    pub lab: crate::lab::LabSettings,
 }
 
 /// How the HTTP listener protects itself ([`crate::listener`]). Every limit, what it defaults
@@ -67,6 +73,10 @@ pub struct WebConfig {
     pub password_checks: usize,
     /// How long a sign-in waits for its turn to be checked before it is answered 429.
     pub password_check_wait: Duration,
+    /// `PAYONCE_WORKSHOP`: a classroom, not production. The dashboard's live refresh keeps the
+    /// session alive (a projected dashboard is never signed out), and the gateway panel offers a
+    /// reset that empties the simulator's ledger and deletes every key and payment.
+    pub workshop: bool,
 }
 
 impl Default for WebConfig {
@@ -76,6 +86,7 @@ impl Default for WebConfig {
             admin_idle: Duration::from_secs(30 * 60),
             password_checks: default_password_checks(),
             password_check_wait: Duration::from_secs(5),
+            workshop: false,
         }
     }
 }

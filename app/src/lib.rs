@@ -7,13 +7,17 @@
 //! # Layout
 //!
 //! ```text
-//! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim
+//! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim,
+//!                db, batch
+//! batch          `payonce batch charge FILE.csv`: a resumable bulk charge client of the HTTP API,
+//!                one Idempotency-Key per row derived before the first request (docs/batch.md)
 //! config         runtime configuration resolved from flags and environment
 //! server         `payonce serve`: startup and orderly shutdown of everything below
 //! listener       the HTTP/1.1 accept loop: connection cap, header, idle and body timeouts
 //! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
 //! metrics        Prometheus counters and histograms (`GET /metrics`)
-//! db             the connection pool, migrations, and the zero-config local PostgreSQL
+//! db             the connection pool, migrations, and the zero-config local PostgreSQL (which
+//!                keeps its port across restarts: `payonce db url|start|stop`)
 //! customers      API customers and their keys (hashed, compared in constant time, cached 30 s)
 //! idempotency    the engine, independent of what a request does:
 //!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)
@@ -26,17 +30,23 @@
 //!   replays      final answers replayed recently, kept in memory for a few seconds
 //!   events       the append-only `idempotency_events` log
 //!   operator     the dashboard's fenced actions: release a stuck key, expire a final one
+//!   operation    the seam an operation implements (`Idempotent`: route, first write, resume),
+//!                and the registry the sweeper drives abandoned keys through
 //! payments       the payment resource:
 //!   process      its recovery points (started → payment_created → finished): one short
 //!                statement each, the gateway call between them
 //!   reconcile    asking the gateway what became of it: spent keys, pending payments
 //!   webhook      Stripe's events, recorded in an inbox and applied once, forward only
+//! refunds        the refund resource, the second idempotent operation: its amount reserved on
+//!                the payment at the first write (the claim's transaction), so different keys
+//!                never refund more than was paid
 //! gateway        Stripe through async-stripe (over a pooled transport), with a deterministic
 //!                downstream idempotency key
 //!   outcome      every answer as one of succeeded, declined, pending, refused, unknown
 //! sweeper        the background worker: completes abandoned keys, reconciles spent keys and
 //!                pending payments, deletes expired keys
-//! simulator      a Stripe-wire-compatible simulator with a charge ledger and fault injection
+//! simulator      a Stripe-wire-compatible simulator: PaymentIntents, refunds, search, events and
+//!                signed webhook deliveries, a ledger, faults
 //! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
 //!                problem responses, `POST /webhooks/stripe` (the signature checked, then
 //!                payments::webhook), and the OpenAPI description at `GET /openapi.json`
@@ -44,6 +54,8 @@
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
 //! shop           a demo shop at / with a double-click-proof checkout
 //! failpoint      named crash points for the crash tests (`PAYONCE_FAILPOINT`)
+//! lab            the claim-strategy lab: for-update, redis and check-then-insert beside the
+//!                engine's on-conflict, switchable (`PAYONCE_CLAIM_STRATEGY`, docs/strategies.md)
 //! ```
 //!
 //! # Data flow of one payment
@@ -69,6 +81,7 @@
 //! See `docs/lifecycle.md` for the full state machine.
 
 pub mod admin;
+pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod customers;
@@ -77,12 +90,22 @@ pub mod failpoint;
 pub mod gateway;
 pub mod http;
 pub mod idempotency;
+pub mod lab;
 pub mod listener;
 pub mod metrics;
 pub mod payments;
+pub mod refunds;
 pub mod server;
 pub mod shop;
 pub mod simulator;
 pub mod sweeper;
 pub mod telemetry;
 pub mod web;
+
+/// Every idempotent operation payonce serves, by route: what the sweeper completes abandoned keys
+/// with, without knowing which is which.
+pub fn operations(gateway: &gateway::Gateway) -> idempotency::Operations {
+    idempotency::Operations::default()
+        .with(payments::process::Payments::new(gateway.clone()))
+        .with(refunds::Refunds::new(gateway.clone()))
+}

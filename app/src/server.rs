@@ -15,6 +15,7 @@ use crate::db::{Database, OpenError};
 use crate::gateway::Gateway;
 use crate::http::{self, AppState};
 use crate::idempotency::{Engine, EventLog};
+use crate::lab::{Lab, Strategy};
 use crate::listener::{self, FdBudget};
 use crate::simulator::{self, RunningSimulator};
 use crate::sweeper::{Sweeper, SweeperSettings};
@@ -56,6 +57,8 @@ pub struct Server {
     state: AppState,
     sweeper: SweeperSettings,
     bench_routes: bool,
+    /// Only the dashboard, the shop and the health checks; no sweeper.
+    admin_only: bool,
     http: HttpConfig,
     /// What the listener may not spend of the file-descriptor limit.
     fds: FdBudget,
@@ -68,12 +71,21 @@ impl Server {
     /// Opens the database (migrating it), sets up the gateway and binds the listener.
     pub async fn start(config: ServeConfig) -> Result<Self, StartError> {
         config.engine.horizon.check().map_err(StartError::Config)?;
+        config.lab.check().map_err(StartError::Config)?;
         // Ports first: a taken port should fail fast, before a local PostgreSQL is started.
         let addr = config.addr;
         let listener = TcpListener::bind(addr).await.map_err(|source| StartError::Listen { addr, source })?;
         let local = listener.local_addr().map_err(|source| StartError::Listen { addr, source })?;
         let mut webhook_secret = config.gateway.webhook_secret.clone();
         let (gateway, simulator) = match &config.gateway.stripe {
+            None if config.admin_only => {
+                // The dashboard of servers that run elsewhere: their built-in simulator is the
+                // gateway panel's, at the address they use by default.
+                let base = format!("http://{}/", reachable(config.gateway.simulator_addr));
+                let gateway = Gateway::new(SIMULATOR_SECRET_KEY, Some(&base), config.gateway.timeout)?;
+                tracing::info!(base_url = gateway.base_url(), "admin only: the gateway panel reads this simulator");
+                (gateway, None)
+            }
             Some(stripe) => {
                 let gateway =
                     Gateway::new(stripe.secret_key.expose(), stripe.api_base.as_deref(), config.gateway.timeout)?;
@@ -108,8 +120,27 @@ impl Server {
             return Err(StartError::Sessions(err));
         }
         let (events, event_writer) = EventLog::spawn(database.pool.clone());
-        let engine = Engine::new(database.pool.clone(), config.engine, events);
+        let settings = crate::idempotency::EngineSettings { gateway_timeout: config.gateway.timeout, ..config.engine };
+        let engine = Engine::new(database.pool.clone(), settings, events);
         let web = crate::web::WebState::new(config.web.clone(), gateway.base_url());
+        let lab = Arc::new(Lab::new(config.lab.clone()));
+        if lab.strategy() == Strategy::Redis
+            && let Err(err) = lab.redis().await
+        {
+            database.close().await;
+            return Err(StartError::Config(format!(
+                "PAYONCE_CLAIM_STRATEGY=redis, but Redis at REDIS_URL cannot be reached: {err}"
+            )));
+        }
+        if lab.strategy() != Strategy::OnConflict || lab.is_lab() {
+            tracing::warn!(
+                strategy = %lab.strategy(),
+                lab = lab.is_lab(),
+                "claim strategy {}{}",
+                lab.strategy(),
+                if lab.is_lab() { " (lab mode: /lab/{strategy}/v1/payments is mounted)" } else { "" }
+            );
+        }
         let state = AppState {
             auth: Arc::new(Authenticator::new(database.pool.clone())),
             engine,
@@ -118,6 +149,7 @@ impl Server {
             metrics: crate::metrics::install(),
             web,
             webhook_secret: webhook_secret.map(Arc::new),
+            lab,
         };
         let fds = FdBudget {
             reserved: RESERVED_FDS + u64::from(config.database.pool_size),
@@ -128,6 +160,7 @@ impl Server {
             state,
             sweeper: config.sweeper,
             bench_routes: config.bench_routes,
+            admin_only: config.admin_only,
             http: config.http,
             fds,
             database,
@@ -149,19 +182,26 @@ impl Server {
     /// Serves (and sweeps) until `shutdown` resolves, lets in-flight requests and the current
     /// sweep finish, then stops everything this server started.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, state, sweeper, bench_routes, http, fds, database, simulator, event_writer } = self;
+        let Self { listener, state, sweeper, bench_routes, admin_only, http, fds, database, simulator, event_writer } =
+            self;
         let (stop, stopping) = watch::channel(false);
         tokio::spawn(async move {
             shutdown.await;
             let _ = stop.send(true);
         });
-        let sweeper = Sweeper::new(state.engine.clone(), state.gateway.clone(), sweeper, owner_name("sweeper"));
-        let sweeper = tokio::spawn(sweeper.run(stopped(stopping.clone())));
+        // No sweeper for a dashboard alone; and none built either, since its handle on the
+        // event log would keep the writer (awaited below) from ever ending.
+        let sweeper = if admin_only {
+            tokio::spawn(std::future::ready(()))
+        } else {
+            let sweeper = Sweeper::new(state.engine.clone(), state.gateway.clone(), sweeper, owner_name("sweeper"));
+            tokio::spawn(sweeper.run(stopped(stopping.clone())))
+        };
 
         let sessions = crate::web::session::spawn_cleanup(state.engine.pool(), SESSION_CLEANUP);
 
-        tracing::info!(addr = %listener.local_addr()?, "payonce is listening");
-        let app = http::router(state, bench_routes);
+        tracing::info!(addr = %listener.local_addr()?, admin_only, "payonce is listening");
+        let app = if admin_only { http::admin_router(state) } else { http::router(state, bench_routes) };
         let served = listener::serve(listener, app, &http, fds, stopped(stopping)).await;
         sessions.abort();
         let _ = sweeper.await;

@@ -26,8 +26,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::gateway::Gateway;
-use crate::idempotency::Engine;
-use crate::payments::process::{self, ProcessError};
+use crate::idempotency::{Engine, Operations, ProcessError};
 use crate::payments::reconcile::{self, Looked};
 
 /// How the sweeper paces itself. The budget and the backoff it applies are the engine's
@@ -86,6 +85,9 @@ impl SweepReport {
 pub struct Sweeper {
     engine: Engine,
     gateway: Gateway,
+    /// Every idempotent operation, by route: an abandoned key is driven by the operation it was
+    /// claimed for, which the completer never needs to know.
+    operations: Operations,
     settings: SweeperSettings,
     /// This sweeper's name as a lease owner (`sweeper:<host>:<pid>`).
     owner: String,
@@ -93,7 +95,8 @@ pub struct Sweeper {
 
 impl Sweeper {
     pub fn new(engine: Engine, gateway: Gateway, settings: SweeperSettings, owner: String) -> Self {
-        Self { engine, gateway, settings, owner }
+        let operations = crate::operations(&gateway);
+        Self { engine, gateway, operations, settings, owner }
     }
 
     /// Sweeps every `interval` until `shutdown` resolves. A pass in progress is finished first.
@@ -185,8 +188,9 @@ impl Sweeper {
         let taken = leases.len();
         let mut work = JoinSet::new();
         for lease in leases {
-            let gateway = self.gateway.clone();
-            let span = tracing::info_span!("complete", key_id = %lease.key_id, attempts = lease.attempts);
+            let operations = self.operations.clone();
+            let span =
+                tracing::info_span!("complete", key_id = %lease.key_id, route = lease.route, attempts = lease.attempts);
             work.spawn(
                 async move {
                     let doing = if lease.exhausted() {
@@ -195,7 +199,7 @@ impl Sweeper {
                         "resuming an abandoned key"
                     };
                     tracing::info!(recovery_point = lease.recovery_point.as_str(), "{doing}");
-                    process::run(&gateway, lease).await
+                    operations.resume(lease).await
                 }
                 .instrument(span),
             );

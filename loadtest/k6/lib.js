@@ -34,6 +34,11 @@ export const config = {
   /** A customer's API key (`payonce customers create NAME` prints one). */
   apiKey: __ENV.API_KEY || '',
   duration: __ENV.DURATION || '30s',
+  /**
+   * A lab server's claim strategy (`payonce serve --lab`): payments go to
+   * `/lab/{STRATEGY}/v1/payments` instead of `/v1/payments`.
+   */
+  paymentsPath: __ENV.STRATEGY ? `/lab/${__ENV.STRATEGY}/v1/payments` : '/v1/payments',
   /** VUs, with a default per script. */
   vus: (fallback) => envInt('VUS', fallback),
 };
@@ -94,7 +99,7 @@ export function paymentRequest(target, key, body, { tags = {}, timeout } = {}) {
     tags: { api: 'payments', name: 'POST /v1/payments', ...tags },
   };
   if (timeout !== undefined) params.timeout = timeout;
-  return ['POST', `${target}/v1/payments`, JSON.stringify(body), params];
+  return ['POST', `${target}${config.paymentsPath}`, JSON.stringify(body), params];
 }
 
 /** Sends one payment request. */

@@ -24,6 +24,12 @@ pub struct Cli {
     #[arg(long = "target", env = "BASE_URLS", value_delimiter = ',', required = true, value_parser = base_url)]
     pub targets: Vec<String>,
 
+    /// Aim at a claim strategy of a lab server (`payonce serve --lab`): requests go to
+    /// `/lab/{strategy}/v1/payments` instead of `/v1/payments` (on-conflict, for-update, redis,
+    /// check-then-insert). The k6 scripts read the same variable.
+    #[arg(long, env = "STRATEGY", value_parser = ["on-conflict", "for-update", "redis", "check-then-insert"])]
+    pub strategy: Option<String>,
+
     /// A customer's API key (`payonce customers create NAME` prints one).
     #[arg(long, env = "API_KEY", hide_env_values = true)]
     pub api_key: String,
@@ -65,6 +71,11 @@ pub struct Cli {
     /// retry-storm: attempts per payment before the client gives up.
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub max_attempts: u32,
+
+    /// retry-storm: a connection refused or reset is retried (with the same key) like a 503,
+    /// instead of being unexpected: for runs that kill a server on purpose (loadtest/strategies.sh).
+    #[arg(long)]
+    pub retry_transport_errors: bool,
 
     /// Simulator faults for the run, as JSON for `PUT /_sim/faults`; cleared afterwards.
     /// [default: none, except retry-storm's slow and flaky gateway; pass '{}' for none]
@@ -149,6 +160,7 @@ pub struct Settings {
     pub client_timeout: Duration,
     pub max_attempts: u32,
     pub rate: Option<f64>,
+    pub retry_transport_errors: bool,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -204,6 +216,7 @@ impl Cli {
             client_timeout,
             max_attempts: self.max_attempts,
             rate: self.rate,
+            retry_transport_errors: self.retry_transport_errors,
         })
     }
 

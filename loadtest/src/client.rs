@@ -23,6 +23,8 @@ pub struct Api {
     /// Base URLs, used round-robin.
     targets: Vec<String>,
     api_key: String,
+    /// `/v1/payments`, or a lab strategy's `/lab/{strategy}/v1/payments`.
+    payments_path: String,
     /// The round-robin position.
     turn: AtomicUsize,
 }
@@ -99,8 +101,10 @@ pub struct Reply {
 }
 
 impl Api {
-    pub fn new(http: reqwest::Client, targets: Vec<String>, api_key: String) -> Self {
-        Self { http, targets, api_key, turn: AtomicUsize::new(0) }
+    /// The API at `targets`; with a `strategy`, a lab server's `/lab/{strategy}/v1/payments`.
+    pub fn new(http: reqwest::Client, targets: Vec<String>, api_key: String, strategy: Option<&str>) -> Self {
+        let payments_path = strategy.map_or_else(|| "/v1/payments".to_owned(), |s| format!("/lab/{s}/v1/payments"));
+        Self { http, targets, api_key, payments_path, turn: AtomicUsize::new(0) }
     }
 
     pub fn targets(&self) -> &[String] {
@@ -112,9 +116,10 @@ impl Api {
         &self.targets[self.turn.fetch_add(1, Ordering::Relaxed) % self.targets.len()]
     }
 
-    /// `POST /v1/payments` with `key` and `body` to `target`, giving up after `timeout`.
+    /// `POST /v1/payments` (or the lab strategy's) with `key` and `body` to `target`, giving up
+    /// after `timeout`.
     pub async fn pay(&self, target: &str, key: &str, body: &Value, timeout: Duration) -> Reply {
-        let request = self.http.post(format!("{target}/v1/payments")).header("Idempotency-Key", key);
+        let request = self.http.post(format!("{target}{}", self.payments_path)).header("Idempotency-Key", key);
         self.send(request, body, timeout).await
     }
 

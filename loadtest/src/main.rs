@@ -73,7 +73,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
         simulator.set_faults(faults).await?;
     }
 
-    let api = Api::new(http, cli.targets.clone(), cli.api_key.clone());
+    let api = Api::new(http, cli.targets.clone(), cli.api_key.clone(), cli.strategy.as_deref());
     let run = Arc::new(Run::new(cli.scenario, api, settings));
     let stop = run.clone();
     let ctrl_c = tokio::spawn(async move {

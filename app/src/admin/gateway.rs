@@ -23,7 +23,32 @@ use crate::web::page::{self, WebError};
 use crate::web::simulator::SimulatorError;
 
 pub(super) fn router() -> Router<AppState> {
-    Router::new().route("/admin/gateway", get(show)).route("/admin/gateway/faults", post(set_faults))
+    Router::new()
+        .route("/admin/gateway", get(show))
+        .route("/admin/gateway/faults", post(set_faults))
+        .route("/admin/gateway/reset", post(reset))
+}
+
+/// `POST /admin/gateway/reset`, in workshop mode only: the simulator forgets everything (its
+/// ledger, objects, faults) and every key and payment is deleted, so the next exercise starts
+/// from nothing.
+async fn reset(State(state): State<AppState>, operator: Operator) -> Result<Response, WebError> {
+    if !state.web.config.workshop {
+        return Err(WebError::NotFound);
+    }
+    let message = match state.web.simulator.reset().await {
+        Ok(()) => {
+            state.engine.workshop_reset(&operator.name).await?;
+            Flash::success(
+                "Reset: the simulator's ledger is empty and every key and payment is deleted (customers and \
+                 operators stay). Other servers may replay an answer they remember for up to 10 seconds; the \
+                 simulator also forgot its webhook endpoints (restart the server to deliver webhooks again).",
+            )
+        }
+        Err(err) => Flash::error(format!("Nothing was reset: {err}.")),
+    };
+    operator.flash(message).await?;
+    Ok(Redirect::to("/admin/gateway").into_response())
 }
 
 /// How many rows of each audit finding are listed (all are counted).
@@ -33,6 +58,8 @@ const LISTED: usize = 50;
 #[template(path = "admin/gateway.html")]
 struct GatewayPage {
     chrome: Chrome,
+    /// Workshop mode: the reset button is shown.
+    workshop: bool,
     base_url: String,
     /// `None` when the gateway is not a simulator.
     faults: Option<FaultsView>,
@@ -84,6 +111,9 @@ struct Audit {
     /// Keys charged more than once: the thing that must never happen.
     doubles: Vec<DoubleCharge>,
     doubles_total: usize,
+    /// Keys paid again after their key expired: one charge per key row, as designed.
+    again: Vec<PaidAgain>,
+    again_total: usize,
     /// Charges whose payment payonce does not record as succeeded (reconcile these).
     unmatched: Vec<Unmatched>,
     unmatched_total: usize,
@@ -102,6 +132,13 @@ struct DoubleCharge {
     count: usize,
     payment_intents: String,
     total: String,
+}
+
+struct PaidAgain {
+    customer: String,
+    key: String,
+    count: usize,
+    payment_intents: String,
 }
 
 struct Unmatched {
@@ -123,6 +160,7 @@ async fn show(State(state): State<AppState>, operator: Operator) -> Result<Respo
         Err(_) => (None, None),
     };
     let page = GatewayPage {
+        workshop: state.web.config.workshop,
         base_url: state.gateway.base_url().to_owned(),
         faults,
         audit,
@@ -144,7 +182,44 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
             _ => foreign += 1,
         }
     }
-    let doubles: Vec<_> = per_key.iter().filter(|(_, charges)| charges.len() > 1).collect();
+    // A key charged more than once is either a double charge or, when each charge is a payment of
+    // its own and every payment but the newest lost its key to expiry, a customer who paid again
+    // on purpose after the key expired (an operator's Expire, or the TTL): by design, one charge
+    // per key *row*. Only the first is the alarm.
+    let repeated: Vec<Uuid> = per_key
+        .values()
+        .filter(|charges| charges.len() > 1)
+        .flatten()
+        .filter_map(|c| PaymentId::parse(&meta(c, "payonce_payment")?))
+        .map(|id| id.0)
+        .collect();
+    let known: HashMap<Uuid, queries::AuditedPayment> =
+        queries::payments_by_id(pool, &repeated).await?.into_iter().map(|p| (p.id, p)).collect();
+    let paid_again = |charges: &[&Charge]| {
+        let payments: Vec<Option<&queries::AuditedPayment>> = charges
+            .iter()
+            .map(|c| meta(c, "payonce_payment").and_then(|p| PaymentId::parse(&p)).and_then(|id| known.get(&id.0)))
+            .collect();
+        let mut ids: Vec<Uuid> = payments.iter().flatten().map(|p| p.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let all_distinct_and_known = payments.iter().all(Option::is_some) && ids.len() == charges.len();
+        let keys_alive = payments.iter().flatten().filter(|p| p.key_id.is_some()).count();
+        all_distinct_and_known && keys_alive <= 1
+    };
+    let (again, doubles): (Vec<_>, Vec<_>) =
+        per_key.iter().filter(|(_, charges)| charges.len() > 1).partition(|(_, charges)| paid_again(charges));
+    let again_total = again.len();
+    let again = again
+        .into_iter()
+        .take(LISTED)
+        .map(|((customer, key), charges)| PaidAgain {
+            customer: customer.clone(),
+            key: key.clone(),
+            count: charges.len(),
+            payment_intents: charges.iter().map(|c| c.payment_intent.as_str()).collect::<Vec<_>>().join(", "),
+        })
+        .collect();
     let doubles_total = doubles.len();
     let wanted: Vec<(Uuid, String)> = doubles
         .iter()
@@ -195,6 +270,8 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
     let unmatched_total = unmatched_all.len();
     let (uncharged, uncharged_total) = queries::succeeded_without_charge(pool, &charged, LISTED as i64).await?;
     Ok(Audit {
+        again,
+        again_total,
         charges: charges.len(),
         keys_charged: per_key.len(),
         doubles,

@@ -42,6 +42,9 @@ struct LoginQuery {
     next: String,
     #[serde(default)]
     signed_out: Option<String>,
+    /// The visitor's session ran out (set by the redirect that sent them here).
+    #[serde(default)]
+    expired: Option<String>,
 }
 
 /// The address of the client, for the rate limit. Behind a reverse proxy this is the proxy's:
@@ -59,6 +62,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientIp {
 
 /// `GET /admin/login`.
 async fn show(
+    State(state): State<AppState>,
     session: Session,
     anonymous: csrf::Anonymous,
     Query(query): Query<LoginQuery>,
@@ -66,13 +70,21 @@ async fn show(
     if session.get::<String>(OPERATOR).await?.is_some() {
         return Ok(Redirect::to("/admin").into_response());
     }
-    let page = LoginPage {
-        csrf: anonymous.token(),
-        name: String::new(),
-        next: local_next(&query.next),
-        message: query.signed_out.map(|_| "You are signed out.".to_owned()),
-        level: "success",
+    let next = local_next(&query.next);
+    let (message, level) = match (&query.signed_out, &query.expired) {
+        (Some(_), _) => (Some("You are signed out.".to_owned()), "success"),
+        (None, Some(_)) => {
+            let idle = state.web.config.admin_idle.as_secs().div_ceil(60);
+            let back = if next.is_empty() { String::new() } else { format!(" You will return to {next}.") };
+            let message = format!(
+                "Your session expired after {idle} minute{} without use. Sign in again.{back}",
+                if idle == 1 { "" } else { "s" },
+            );
+            (Some(message), "warning")
+        }
+        (None, None) => (None, "success"),
     };
+    let page = LoginPage { csrf: anonymous.token(), name: String::new(), next, message, level };
     page::render(StatusCode::OK, &page)
 }
 

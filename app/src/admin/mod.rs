@@ -11,6 +11,7 @@
 //! chart      the outcomes chart, drawn as SVG on the server
 //! pages      /admin (overview), /admin/keys, /admin/keys/{id} and its two actions
 //! gateway    /admin/gateway: the simulator's faults, and the double-charge audit
+//! lab        /admin/lab: the claim-strategy lab's storms, run and stored (lab mode only)
 //! ```
 //!
 //! Routes:
@@ -23,11 +24,13 @@
 //! POST /admin/keys/{id}/release              release a stuck key (fenced by lease_token)
 //! POST /admin/keys/{id}/expire               expire a final key now (fenced by lease_token)
 //! GET  /admin/gateway  POST /admin/gateway/faults   (only while the gateway is a simulator)
+//! GET  /admin/lab  POST /admin/lab/runs  GET /admin/lab/runs/{id}   (lab mode only)
 //! ```
 
 pub mod accounts;
 mod chart;
 mod gateway;
+mod lab;
 mod login;
 mod pages;
 mod queries;
@@ -59,6 +62,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(login::router())
         .merge(pages::router())
         .merge(gateway::router())
+        .merge(lab::router())
         .layer(axum::middleware::from_fn_with_state(
             csrf::Policy { cookie: COOKIE, secure: config.secure_cookies },
             csrf::protect,
@@ -94,6 +98,7 @@ impl Operator {
             simulator: state.web.simulator.is_active().await,
             htmx: page::HTMX_PATH,
             refusal,
+            strategy: StrategyBanner::of(&state.lab),
         })
     }
 
@@ -115,6 +120,29 @@ pub struct Chrome {
     pub htmx: &'static str,
     /// The gateway refused payonce's own requests lately: its configuration needs an operator.
     pub refusal: Option<RefusalBanner>,
+    /// Which claim strategy runs, shown on every page unless it is the engine's own outside the
+    /// lab ([`crate::lab`]).
+    pub strategy: Option<StrategyBanner>,
+}
+
+/// What the claim-strategy banner says.
+pub struct StrategyBanner {
+    pub name: &'static str,
+    /// Whether the strategy charges at most once (check-then-insert does not).
+    pub safe: bool,
+    /// Lab mode: every strategy at /lab/{strategy}/v1/payments, and the Lab page.
+    pub lab: bool,
+}
+
+impl StrategyBanner {
+    fn of(lab: &crate::lab::Lab) -> Option<Self> {
+        let strategy = lab.strategy();
+        (strategy != crate::lab::Strategy::OnConflict || lab.is_lab()).then(|| Self {
+            name: strategy.as_str(),
+            safe: strategy.is_safe(),
+            lab: lab.is_lab(),
+        })
+    }
 }
 
 /// How far back the refusal banner looks.
@@ -147,11 +175,15 @@ impl FromRequestParts<AppState> for Operator {
         let Some(name) = name else {
             let uri = OriginalUri::from_request_parts(parts, state).await.map(|OriginalUri(uri)| uri);
             let next = uri.ok().and_then(|uri| uri.path_and_query().map(|pq| pq.as_str().to_owned()));
-            return Err(to_login(next.as_deref(), live));
+            // The browser still sends a session cookie that the store no longer knows: the
+            // session ran out (idle time) or was deleted. The login page says so.
+            let expired = had_session_cookie(&parts.headers);
+            return Err(to_login(next.as_deref(), live, expired));
         };
         // Reading a session is not activity; a person's request is. The page's own live refresh
-        // is not: a dashboard left open on a projector signs out after the idle time.
-        if !live {
+        // is not: a dashboard left open on a projector signs out after the idle time, except in
+        // a workshop, where the projected dashboard must stay signed in.
+        if !live || state.web.config.workshop {
             session::touch(&session).await.map_err(|err| WebError::from(err).into_response())?;
         }
         let csrf = csrf::token(&session).await.map_err(IntoResponse::into_response)?;
@@ -159,15 +191,26 @@ impl FromRequestParts<AppState> for Operator {
     }
 }
 
+/// Whether the request carries the dashboard's session cookie.
+fn had_session_cookie(headers: &axum::http::HeaderMap) -> bool {
+    headers.get_all(axum::http::header::COOKIE).iter().filter_map(|value| value.to_str().ok()).any(|cookies| {
+        cookies.split(';').any(|cookie| cookie.trim().split_once('=').is_some_and(|(name, _)| name == COOKIE.name))
+    })
+}
+
 /// The way to the login page: a redirect for a person, `HX-Redirect` for htmx (which would
-/// otherwise swap the login page into the middle of the dashboard).
-fn to_login(next: Option<&str>, live: bool) -> Response {
-    let target = match next.filter(|next| is_local(next) && *next != "/admin") {
-        Some(next) => {
-            format!("/admin/login?next={}", form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>())
-        }
-        None => "/admin/login".to_owned(),
-    };
+/// otherwise swap the login page into the middle of the dashboard). `expired`: the visitor had a
+/// session that ran out, which the login page tells them.
+fn to_login(next: Option<&str>, live: bool, expired: bool) -> Response {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    if let Some(next) = next.filter(|next| is_local(next) && *next != "/admin") {
+        query.append_pair("next", next);
+    }
+    if expired {
+        query.append_pair("expired", "1");
+    }
+    let query = query.finish();
+    let target = if query.is_empty() { "/admin/login".to_owned() } else { format!("/admin/login?{query}") };
     if live {
         let mut response = StatusCode::UNAUTHORIZED.into_response();
         if let Ok(value) = HeaderValue::try_from(target) {

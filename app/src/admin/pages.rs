@@ -48,6 +48,95 @@ fn status_label(status: &str) -> &'static str {
     }
 }
 
+/// A key's badge (CSS classes, label): its status refined by its stored answer (a 402 is a
+/// decline, a 202 a payment still pending at the gateway: neither is a green "Completed") and,
+/// while in flight, by whether its holder still shows signs of life.
+fn badge(status: &str, response_status: Option<i16>, silent: bool) -> (String, &'static str) {
+    match (status, response_status) {
+        ("completed", Some(402)) => ("completed declined".to_owned(), "Completed · declined"),
+        ("completed", Some(202)) => ("completed pending".to_owned(), "Completed · pending"),
+        ("in_flight", _) if silent => ("in_flight silent".to_owned(), "In flight · holder silent"),
+        _ => (status.to_owned(), status_label(status)),
+    }
+}
+
+/// How the dashboard reads a processing key's lease. Its holder heartbeats every third of the
+/// lease it took ([`crate::idempotency::Lease::hold`]), read from the row itself (the holder's
+/// setting, not this server's); one that missed a beat and a half is silent.
+#[derive(Clone, Copy)]
+struct Liveness {
+    /// This server's lease, for a row that does not tell.
+    fallback: f64,
+}
+
+impl Liveness {
+    fn of(state: &AppState) -> Self {
+        Self { fallback: state.engine.settings().lease.as_secs_f64() }
+    }
+
+    /// How often the holder of a lease of `held` seconds heartbeats.
+    fn beat(self, held: Option<f64>) -> f64 {
+        held.filter(|held| *held > 0.0).unwrap_or(self.fallback) / 3.0
+    }
+
+    /// Whether a live lease's holder has gone quiet (crashed, killed, frozen): its lease still
+    /// runs, but nothing is renewing it.
+    fn silent(self, remaining: Option<f64>, heartbeat_age: Option<f64>, held: Option<f64>) -> bool {
+        let beat = self.beat(held);
+        matches!((remaining, heartbeat_age), (Some(left), Some(age)) if left > 0.0 && age > beat * 1.5 + 1.0)
+    }
+
+    /// How the lease looks now: "live, 42 s left · heartbeat 3 s ago", "holder silent …",
+    /// "lapsed 3 s ago", or "—" for a final key.
+    fn text(self, remaining: Option<f64>, heartbeat_age: Option<f64>, held: Option<f64>) -> String {
+        let beat = heartbeat_age.map(|age| format!(" · heartbeat {}", ago(age))).unwrap_or_default();
+        match remaining {
+            Some(secs) if secs > 0.0 && self.silent(remaining, heartbeat_age, held) => format!(
+                "holder silent for {} (it heartbeats every {} s): taken over when its lease runs out, in {} s",
+                heartbeat_age.map(|age| format!("{} s", age.floor() as i64)).unwrap_or_default(),
+                self.beat(held).round() as i64,
+                secs.ceil() as i64,
+            ),
+            Some(secs) if secs > 0.0 => format!("live, {} s left{beat}", secs.ceil() as i64),
+            Some(secs) => format!("lapsed {}{beat}", ago(-secs)),
+            None => "—".to_owned(),
+        }
+    }
+}
+
+/// Why a stuck key is stuck, and what happens next: how its last holder let go, its attempts
+/// against the budget, and when it may be taken again.
+fn stuck_why(
+    last_transition: Option<&str>,
+    heartbeat_age: Option<f64>,
+    attempts: i32,
+    max_attempts: i32,
+    exhausted: bool,
+    next_attempt: Option<f64>,
+) -> String {
+    let cause = match last_transition {
+        Some(t) if t.starts_with("released") => {
+            let reason = t.split_once(": ").map_or("no reason recorded", |(_, reason)| reason);
+            format!("its holder gave it back ({reason})")
+        }
+        Some(t) if t.starts_with("lease_lost") => "its holder found its lease taken over and stopped".to_owned(),
+        _ => format!(
+            "its holder stopped without a word (crashed, killed or cut off){}",
+            heartbeat_age.map(|age| format!(": last heard from {}", ago(age))).unwrap_or_default()
+        ),
+    };
+    let budget = if exhausted {
+        format!("attempts {attempts}/{max_attempts}, budget spent: only the sweeper takes it now, to ask the gateway")
+    } else {
+        format!("attempts {attempts}/{max_attempts}")
+    };
+    let next = match next_attempt {
+        Some(secs) if secs > 0.0 => format!("next attempt in {} s (backoff)", secs.ceil() as i64),
+        _ => "next attempt: now, by the next client retry or sweeper pass".to_owned(),
+    };
+    format!("Stuck because {cause}; {budget}; {next}.")
+}
+
 // ---------------------------------------------------------------------------------------------
 // Overview
 
@@ -136,7 +225,11 @@ struct KeyRowView {
     key: String,
     customer: String,
     status: String,
+    /// The badge's CSS classes.
+    badge: String,
     status_label: &'static str,
+    /// Why a stuck key is stuck; empty otherwise.
+    why: String,
     recovery_point: String,
     attempts: i32,
     token: i64,
@@ -179,15 +272,6 @@ impl KeysQuery {
     }
 }
 
-/// How the lease looks now: "live, 42 s left", "lapsed 3 s ago", or "—" for a final key.
-fn lease_text(remaining: Option<f64>) -> String {
-    match remaining {
-        Some(secs) if secs > 0.0 => format!("live, {} s left", secs.ceil() as i64),
-        Some(secs) => format!("lapsed {}", ago(-secs)),
-        None => "—".to_owned(),
-    }
-}
-
 /// `GET /admin/keys`.
 async fn keys(
     State(state): State<AppState>,
@@ -208,27 +292,47 @@ async fn keys(
         (_, Ok(after)) => Cursor::After(after),
         _ => Cursor::Newest,
     };
-    let result = queries::keys(pool, &filter, cursor, PAGE_SIZE).await?;
+    let settings = state.engine.settings();
+    let budget = queries::BudgetParams::of(&settings);
+    let live = Liveness::of(&state);
+    let result = queries::keys(pool, &filter, cursor, PAGE_SIZE, budget).await?;
     let first = result.rows.first().map(|row| row.id);
     let last = result.rows.last().map(|row| row.id);
     let rows = result
         .rows
         .into_iter()
-        .map(|row| KeyRowView {
-            id: row.id.to_string(),
-            key: row.key,
-            customer: row.customer_name,
-            status_label: status_label(&row.status),
-            status: row.status,
-            recovery_point: row.recovery_point,
-            attempts: row.attempts,
-            token: row.lease_token,
-            owner: row.lease_owner.unwrap_or_default(),
-            created: clock(row.created_at),
-            created_iso: rfc3339(row.created_at),
-            age: ago(row.age_secs),
-            lease: lease_text(row.lease_remaining_secs),
-            response: row.response_status.map(|s| s.to_string()).unwrap_or_default(),
+        .map(|row| {
+            let silent = live.silent(row.lease_remaining_secs, row.heartbeat_age_secs, row.held_secs);
+            let (badge, status_label) = badge(&row.status, row.response_status, silent);
+            KeyRowView {
+                id: row.id.to_string(),
+                key: row.key,
+                customer: row.customer_name,
+                why: if row.status == "stuck" {
+                    stuck_why(
+                        row.last_transition.as_deref(),
+                        row.heartbeat_age_secs,
+                        row.attempts,
+                        budget.max_attempts,
+                        row.exhausted.unwrap_or(false),
+                        row.next_attempt_secs,
+                    )
+                } else {
+                    String::new()
+                },
+                badge,
+                status_label,
+                status: row.status,
+                recovery_point: row.recovery_point,
+                attempts: row.attempts,
+                token: row.lease_token,
+                owner: row.lease_owner.unwrap_or_default(),
+                created: clock(row.created_at),
+                created_iso: rfc3339(row.created_at),
+                age: ago(row.age_secs),
+                lease: live.text(row.lease_remaining_secs, row.heartbeat_age_secs, row.held_secs),
+                response: row.response_status.map(|s| s.to_string()).unwrap_or_default(),
+            }
         })
         .collect();
     let customers = queries::customers(pool)
@@ -264,6 +368,8 @@ struct KeyPage {
     chrome: Chrome,
     id: String,
     key: Option<KeyView>,
+    /// What remains of the key once it expired.
+    tombstone: Option<TombstoneView>,
     payment: Option<PaymentView>,
     events: Vec<EventView>,
 }
@@ -277,9 +383,17 @@ struct KeyView {
     fingerprint: String,
     request: String,
     status: String,
+    badge: String,
     status_label: &'static str,
+    /// Why a stuck key is stuck; empty otherwise.
+    why: String,
+    /// When its holder last wrote it; empty for final keys.
+    heartbeat: String,
+    /// A live lease that nobody renews: no countdown that would call it "live".
+    silent: bool,
     recovery_point: String,
     attempts: i32,
+    max_attempts: i32,
     token: i64,
     owner: String,
     /// RFC 3339 deadline of the lease; empty for final keys.
@@ -293,6 +407,19 @@ struct KeyView {
     created: String,
     completed: String,
     expires: String,
+}
+
+struct TombstoneView {
+    key: String,
+    customer: String,
+    customer_id: String,
+    /// How it ended: "Completed · declined", "Failed", …
+    outcome: &'static str,
+    badge: String,
+    response_status: String,
+    attempts: String,
+    by: String,
+    expired_at: String,
 }
 
 struct PaymentView {
@@ -324,11 +451,31 @@ fn pretty(body: &[u8]) -> String {
 async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<String>) -> Result<Response, WebError> {
     let id = Uuid::try_parse(&id).map_err(|_| WebError::NotFound)?;
     let pool = state.engine.pool();
-    let key = queries::key(pool, id).await?;
+    let settings = state.engine.settings();
+    let budget = queries::BudgetParams::of(&settings);
+    let live = Liveness::of(&state);
+    let key = queries::key(pool, id, budget).await?;
     let events = queries::events_of(pool, id).await?;
     if key.is_none() && events.is_empty() {
         return Err(WebError::NotFound);
     }
+    let tombstone = match key {
+        Some(_) => None,
+        None => queries::tombstone(pool, id).await?.map(|t| {
+            let (badge, outcome) = badge(t.state.as_deref().unwrap_or("expired"), t.response_status, false);
+            TombstoneView {
+                key: t.key.unwrap_or_default(),
+                customer: t.customer_name.unwrap_or_else(|| "(deleted customer)".to_owned()),
+                customer_id: CustomerId(t.customer_id).to_string(),
+                outcome,
+                badge,
+                response_status: t.response_status.map(|s| s.to_string()).unwrap_or_default(),
+                attempts: t.attempts.map(|a| a.to_string()).unwrap_or_default(),
+                by: t.by.unwrap_or_else(|| "the reaper, at the end of its retention".to_owned()),
+                expired_at: rfc3339(t.expired_at),
+            }
+        }),
+    };
     let payment = store::find_by_key(pool, id).await?.map(|p| PaymentView {
         id: p.id.to_string(),
         amount: money(p.amount, &p.currency),
@@ -353,7 +500,24 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
             (None, Some(_)) => (Vec::new(), "(unreadable: this version cannot decode the stored response)".to_owned()),
             (None, None) => (Vec::new(), String::new()),
         };
+        let silent = live.silent(k.lease_remaining_secs, k.heartbeat_age_secs, k.held_secs);
+        let (badge, status_label) = badge(&k.status, k.response_status, silent);
         KeyView {
+            why: if k.status == "stuck" {
+                stuck_why(
+                    k.last_transition.as_deref(),
+                    k.heartbeat_age_secs,
+                    k.attempts,
+                    budget.max_attempts,
+                    k.exhausted.unwrap_or(false),
+                    k.next_attempt_secs,
+                )
+            } else {
+                String::new()
+            },
+            heartbeat: k.heartbeat_age_secs.map(ago).unwrap_or_default(),
+            silent,
+            max_attempts: budget.max_attempts,
             key: k.key,
             customer: k.customer_name,
             customer_id: CustomerId(k.customer_id).to_string(),
@@ -361,7 +525,8 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
             route: k.route,
             fingerprint: hex::encode(&k.fingerprint),
             request: serde_json::to_string_pretty(&k.request).unwrap_or_default(),
-            status_label: status_label(&k.status),
+            badge,
+            status_label,
             status: k.status,
             recovery_point: k.recovery_point,
             attempts: k.attempts,
@@ -369,7 +534,7 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
             owner: k.lease_owner.unwrap_or_default(),
             locked_until: k.locked_until.map(rfc3339).unwrap_or_default(),
             remaining: k.lease_remaining_secs.map(|secs| format!("{secs:.1}")).unwrap_or_default(),
-            lease: lease_text(k.lease_remaining_secs),
+            lease: live.text(k.lease_remaining_secs, k.heartbeat_age_secs, k.held_secs),
             response_status: k.response_status.map(|s| s.to_string()).unwrap_or_default(),
             response_headers,
             response_body,
@@ -392,7 +557,8 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
             },
         })
         .collect();
-    let page = KeyPage { id: id.to_string(), key, payment, events, chrome: operator.chrome(&state, "keys").await? };
+    let page =
+        KeyPage { id: id.to_string(), key, tombstone, payment, events, chrome: operator.chrome(&state, "keys").await? };
     page::render(StatusCode::OK, &page)
 }
 

@@ -17,8 +17,13 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 /// The statuses a key can be filtered by.
-pub const STATUSES: [(&str, &str); 4] =
-    [("in_flight", "In flight"), ("stuck", "Stuck"), ("completed", "Completed"), ("failed", "Failed")];
+pub const STATUSES: [(&str, &str); 5] = [
+    ("in_flight", "In flight"),
+    ("stuck", "Stuck"),
+    ("completed", "Completed"),
+    ("failed", "Failed"),
+    ("expired", "Expired"),
+];
 
 /// Keys by status.
 #[derive(Debug, Default)]
@@ -100,8 +105,39 @@ pub struct KeyRow {
     pub age_secs: f64,
     /// Seconds left on the lease (negative: lapsed that long ago); `None` for final keys.
     pub lease_remaining_secs: Option<f64>,
+    /// Seconds since the holder last wrote the row (claim, heartbeat, release); processing keys.
+    pub heartbeat_age_secs: Option<f64>,
+    /// The lease its holder took at its last heartbeat (`locked_until - updated_at`): the holder's
+    /// own setting, which says how often it heartbeats.
+    pub held_secs: Option<f64>,
+    /// Seconds until the key may be taken again (backoff); processing keys.
+    pub next_attempt_secs: Option<f64>,
+    /// The key's budget is spent: only the sweeper looks it up now.
+    pub exhausted: Option<bool>,
+    /// The last hand-over of the key: `released: <reason>`, `claimed`, `reclaimed`, …
+    pub last_transition: Option<String>,
     /// How many keys match the filter, cursor aside.
     pub total: i64,
+}
+
+/// The budget the "why is it stuck" columns are computed with: this server's.
+#[derive(Debug, Clone, Copy)]
+pub struct BudgetParams {
+    pub max_attempts: i32,
+    pub horizon_secs: f64,
+    pub base_secs: f64,
+    pub cap_secs: f64,
+}
+
+impl BudgetParams {
+    pub fn of(settings: &crate::idempotency::EngineSettings) -> Self {
+        Self {
+            max_attempts: settings.budget.max_attempts,
+            horizon_secs: settings.horizon.downstream_key_ttl.as_secs_f64(),
+            base_secs: settings.budget.backoff.base.as_secs_f64(),
+            cap_secs: settings.budget.backoff.cap.as_secs_f64(),
+        }
+    }
 }
 
 /// What the keys table is filtered by.
@@ -133,7 +169,15 @@ pub struct KeyPage {
     pub has_newer: bool,
 }
 
-pub async fn keys(pool: &PgPool, filter: &KeyFilter, cursor: Cursor, limit: i64) -> sqlx::Result<KeyPage> {
+/// A page of the keys table: the keys that exist, and the tombstones of expired ones (from their
+/// `expired` events, which carry the client key and the final state since this version).
+pub async fn keys(
+    pool: &PgPool,
+    filter: &KeyFilter,
+    cursor: Cursor,
+    limit: i64,
+    budget: BudgetParams,
+) -> sqlx::Result<KeyPage> {
     let (before, after) = match cursor {
         Cursor::Newest => (None, None),
         Cursor::Before(id) => (Some(id), None),
@@ -151,11 +195,41 @@ pub async fn keys(pool: &PgPool, filter: &KeyFilter, cursor: Cursor, limit: i64)
                         else k.state end as status,
                    k.recovery_point, k.lease_token, k.lease_owner, k.attempts, k.response_status,
                    k.created_at, extract(epoch from now() - k.created_at)::float8 as age_secs,
-                   extract(epoch from k.locked_until - now())::float8 as lease_remaining_secs
+                   extract(epoch from k.locked_until - now())::float8 as lease_remaining_secs,
+                   case when k.state = 'processing' then extract(epoch from now() - k.updated_at)::float8 end
+                       as heartbeat_age_secs,
+                   extract(epoch from k.locked_until - k.updated_at)::float8 as held_secs,
+                   case when k.state = 'processing' then
+                       extract(epoch from idempotency_retry_at(k.locked_until, k.attempts, k.created_at,
+                                                               $7, $8, $9, $10) - now())::float8 end
+                       as next_attempt_secs,
+                   case when k.state = 'processing' then idempotency_exhausted(k.attempts, k.created_at, $7, $8) end
+                       as exhausted,
+                   case when k.state = 'processing' then (
+                       select e.kind || coalesce(': ' || coalesce(e.detail->>'reason', e.detail->>'by'), '')
+                       from idempotency_events e
+                       where e.key_id = k.id and e.kind in ('claimed', 'reclaimed', 'released', 'lease_lost')
+                       order by e.id desc limit 1) end as last_transition
             from idempotency_keys k
             join customers c on c.id = k.customer_id
             where ($2::uuid is null or k.customer_id = $2)
               and ($3::text is null or strpos(k.key, $3) > 0)
+              and ($1::text is null or $1 <> 'expired')
+            union all
+            -- The tombstones: a key deleted at its expiry (or by an operator) is listed as expired.
+            select e.key_id, coalesce(e.detail->>'key', '(unknown: expired before payonce kept it)'), e.customer_id,
+                   coalesce(c.name, '(deleted customer)'), 'expired',
+                   coalesce(e.detail->>'recovery_point', 'finished'), coalesce(e.lease_token, 0), null,
+                   coalesce((e.detail->>'attempts')::int4, 0), (e.detail->>'response_status')::int2,
+                   e.created_at - coalesce((e.detail->>'age_secs')::float8, 0) * interval '1 second',
+                   extract(epoch from now() - e.created_at)::float8 + coalesce((e.detail->>'age_secs')::float8, 0),
+                   null, null, null, null, null, null
+            from idempotency_events e
+            left join customers c on c.id = e.customer_id
+            where e.kind = 'expired'
+              and ($1::text is null or $1 = 'expired')
+              and ($2::uuid is null or e.customer_id = $2)
+              and ($3::text is null or strpos(e.detail->>'key', $3) > 0)
         ), matching as (
             -- Counted after every filter, before paging: the total is what the filters match.
             select *, count(*) over () as total from keyed where ($1::text is null or status = $1)
@@ -163,7 +237,8 @@ pub async fn keys(pool: &PgPool, filter: &KeyFilter, cursor: Cursor, limit: i64)
         select id as "id!", key as "key!", customer_name as "customer_name!",
                status as "status!", recovery_point as "recovery_point!", lease_token as "lease_token!",
                lease_owner, attempts as "attempts!", response_status, created_at as "created_at!",
-               age_secs as "age_secs!", lease_remaining_secs, total as "total!"
+               age_secs as "age_secs!", lease_remaining_secs, heartbeat_age_secs, held_secs, next_attempt_secs, exhausted,
+               last_transition, total as "total!"
         from matching
         where ($4::uuid is null or id < $4)
           and ($5::uuid is null or id > $5)
@@ -176,6 +251,10 @@ pub async fn keys(pool: &PgPool, filter: &KeyFilter, cursor: Cursor, limit: i64)
         before,
         after,
         limit + 1,
+        budget.max_attempts,
+        budget.horizon_secs,
+        budget.base_secs,
+        budget.cap_secs,
     )
     .fetch_all(pool)
     .await?;
@@ -225,9 +304,15 @@ pub struct KeyDetail {
     pub created_at: OffsetDateTime,
     pub completed_at: Option<OffsetDateTime>,
     pub expires_at: OffsetDateTime,
+    /// As in [`KeyRow`]: processing keys only.
+    pub heartbeat_age_secs: Option<f64>,
+    pub held_secs: Option<f64>,
+    pub next_attempt_secs: Option<f64>,
+    pub exhausted: Option<bool>,
+    pub last_transition: Option<String>,
 }
 
-pub async fn key(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<KeyDetail>> {
+pub async fn key(pool: &PgPool, id: Uuid, budget: BudgetParams) -> sqlx::Result<Option<KeyDetail>> {
     sqlx::query_as!(
         KeyDetail,
         r#"
@@ -239,12 +324,63 @@ pub async fn key(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<KeyDetail>> {
                k.recovery_point, k.lease_token, k.lease_owner, k.locked_until,
                extract(epoch from k.locked_until - now())::float8 as lease_remaining_secs,
                k.attempts, k.response_status, k.response_headers, k.response_body,
-               k.created_at, k.completed_at, k.expires_at
+               k.created_at, k.completed_at, k.expires_at,
+               case when k.state = 'processing' then extract(epoch from now() - k.updated_at)::float8 end
+                   as heartbeat_age_secs,
+               extract(epoch from k.locked_until - k.updated_at)::float8 as held_secs,
+               case when k.state = 'processing' then
+                   extract(epoch from idempotency_retry_at(k.locked_until, k.attempts, k.created_at,
+                                                           $2, $3, $4, $5) - now())::float8 end
+                   as next_attempt_secs,
+               case when k.state = 'processing' then idempotency_exhausted(k.attempts, k.created_at, $2, $3) end
+                   as exhausted,
+               case when k.state = 'processing' then (
+                   select e.kind || coalesce(': ' || coalesce(e.detail->>'reason', e.detail->>'by'), '')
+                   from idempotency_events e
+                   where e.key_id = k.id and e.kind in ('claimed', 'reclaimed', 'released', 'lease_lost')
+                   order by e.id desc limit 1) end as last_transition
         from idempotency_keys k
         join customers c on c.id = k.customer_id
         where k.id = $1
         "#,
         id,
+        budget.max_attempts,
+        budget.horizon_secs,
+        budget.base_secs,
+        budget.cap_secs,
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// What remains of an expired key: its `expired` event (the tombstone).
+pub struct Tombstone {
+    /// The client's key; `None` for keys expired before the event kept it.
+    pub key: Option<String>,
+    pub customer_id: Uuid,
+    pub customer_name: Option<String>,
+    /// The state it ended in (`completed`, `failed`).
+    pub state: Option<String>,
+    pub response_status: Option<i16>,
+    /// Who expired it: `operator:<name>`, or the reaper when `None`.
+    pub by: Option<String>,
+    pub attempts: Option<i32>,
+    pub expired_at: OffsetDateTime,
+}
+
+pub async fn tombstone(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Tombstone>> {
+    sqlx::query_as!(
+        Tombstone,
+        r#"
+        select e.detail->>'key' as key, e.customer_id, c.name as "customer_name?",
+               e.detail->>'state' as state, (e.detail->>'response_status')::int2 as response_status,
+               e.detail->>'by' as by, (e.detail->>'attempts')::int4 as attempts, e.created_at as expired_at
+        from idempotency_events e
+        left join customers c on c.id = e.customer_id
+        where e.key_id = $1 and e.kind = 'expired'
+        order by e.id desc limit 1
+        "#,
+        key_id,
     )
     .fetch_optional(pool)
     .await
@@ -279,10 +415,18 @@ pub async fn events_of(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Vec<EventRow
 pub struct AuditedPayment {
     pub id: Uuid,
     pub status: String,
+    /// Its key, while the key exists (null once it expired).
+    pub key_id: Option<Uuid>,
 }
 
 pub async fn payments_by_id(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<AuditedPayment>> {
-    sqlx::query_as!(AuditedPayment, "select id, status from payments where id = any($1)", ids,).fetch_all(pool).await
+    sqlx::query_as!(
+        AuditedPayment,
+        "select id, status, idempotency_key_id as key_id from payments where id = any($1)",
+        ids,
+    )
+    .fetch_all(pool)
+    .await
 }
 
 /// Succeeded payments whose id is not among `charged` (at most `limit`), and how many there are.

@@ -2,7 +2,10 @@
 //! run a private cluster from the PostgreSQL binaries installed on the machine.
 //!
 //! [`LocalPostgres::start`] finds `initdb` and `pg_ctl`, initialises the data directory the first
-//! time, starts the server on a free port of 127.0.0.1 and waits until it answers a query. If a
+//! time, starts the server on a free port of 127.0.0.1 and waits until it answers a query. The
+//! port is remembered in the cluster (`ALTER SYSTEM SET port`, in `postgresql.auto.conf`) and
+//! taken again at the next start while it is free, so a URL stays valid across restarts and a
+//! plain `pg_ctl start -D <dir>` starts the server where its clients expect it. If a
 //! server from the same folder is already running, it is reused instead: test runs share one
 //! cluster, and two processes starting at once end up with one server.
 //! [`LocalPostgres::stop`] stops the server if, and only if, that handle started it.
@@ -170,8 +173,29 @@ impl LocalPostgres {
         };
         let _lock = lock_beside(&self.data_dir).await?;
         let (data_dir, port) = (self.data_dir.clone(), self.port);
-        blocking(move || start_server(&server, &data_dir, Some(port)).map(|_| ())).await?;
+        blocking(move || start_server(&server, &data_dir, Some(port), true).map(|_| ())).await?;
         wait_until_ready(self.port, &self.data_dir).await
+    }
+
+    /// The URL of `database` on the port the cluster in `dir` remembers, whether or not its server
+    /// runs now; `None` if there is no cluster there (or it never started).
+    pub fn remembered_url(dir: &Path, database: &str) -> Option<String> {
+        let data_dir = std::path::absolute(dir).ok()?;
+        let port = remembered_port(&data_dir)?;
+        Some(format!("postgres://{SUPERUSER}@127.0.0.1:{port}/{database}"))
+    }
+
+    /// Stops the server running from `dir`, whoever started it (`payonce db stop`): `immediate`
+    /// as a crash would, otherwise `fast`. Nothing to do if none runs.
+    pub async fn stop_folder(dir: &Path, immediate: bool) -> Result<(), LocalPostgresError> {
+        let data_dir = std::path::absolute(dir).map_err(|e| io_error("resolve", dir, e))?;
+        let (server, _) = {
+            let data_dir = data_dir.clone();
+            blocking(move || prepare(&data_dir, &SearchPlaces::system())).await?
+        };
+        let port = remembered_port(&data_dir).unwrap_or(0);
+        let handle = LocalPostgres { data_dir, port, started: Some(server) };
+        handle.pg_ctl_stop(if immediate { "immediate" } else { "fast" }).await
     }
 
     /// `pg_ctl stop -m <mode>`, if this handle started the server.
@@ -320,6 +344,7 @@ async fn start_with(dir: &Path, places: &SearchPlaces) -> Result<LocalPostgres, 
         blocking(move || prepare(&data_dir, &places)).await?
     };
     tracing::info!("starting a local PostgreSQL {version} in {} (no DATABASE_URL set)", dir.display());
+    let remembered = remembered_port(&data_dir);
     let port = {
         let (data_dir, server) = (data_dir.clone(), server.clone());
         blocking(move || {
@@ -329,11 +354,18 @@ async fn start_with(dir: &Path, places: &SearchPlaces) -> Result<LocalPostgres, 
             if let Some(contents) = &pid_file {
                 remove_if_left_by_a_zombie(&data_dir, contents)?;
             }
-            start_server(&server, &data_dir, None)
+            start_server(&server, &data_dir, remembered, false)
         })
         .await?
     };
     wait_until_ready(port, &data_dir).await?;
+    if remembered != Some(port) {
+        remember_port(port).await.map_err(|error| LocalPostgresError::NotReady {
+            port,
+            reason: format!("could not remember the port: {error}"),
+            log: data_dir.join("server.log"),
+        })?;
+    }
     tracing::info!("the local PostgreSQL is ready on port {port}");
     Ok(LocalPostgres { data_dir, port, started: Some(server) })
 }
@@ -673,13 +705,20 @@ fn init_cluster(server: &Server, data_dir: &Path) -> Result<(), LocalPostgresErr
     fs::rename(&temp, data_dir).map_err(|e| io_error("move the new cluster to", data_dir, e))
 }
 
-/// Starts the server with `pg_ctl start -w` on a free port, and returns that port. If the port was
-/// taken in the meantime, or the previous server of this folder is still exiting, tries again.
-fn start_server(server: &Server, data_dir: &Path, port: Option<u16>) -> Result<u16, LocalPostgresError> {
+/// Starts the server with `pg_ctl start -w` on `preferred` (or a free port), and returns the port.
+/// If the port was taken in the meantime, or the previous server of this folder is still exiting,
+/// tries again: on the same port if `strict`, else on a free one once the preferred one is taken.
+fn start_server(
+    server: &Server,
+    data_dir: &Path,
+    preferred: Option<u16>,
+    strict: bool,
+) -> Result<u16, LocalPostgresError> {
     let log = data_dir.join("server.log");
     let mut attempt = 1;
+    let mut preferred = preferred;
     loop {
-        let port = match port {
+        let port = match preferred {
             Some(port) => port,
             None => free_port()?,
         };
@@ -703,6 +742,12 @@ fn start_server(server: &Server, data_dir: &Path, port: Option<u16>) -> Result<u
         let previous_still_exiting = logged.contains("lock file \"postmaster.pid\" already exists");
         if attempt < START_ATTEMPTS && (port_taken || previous_still_exiting) {
             tracing::debug!(port, attempt, "the local PostgreSQL did not start; trying again");
+            if port_taken && !strict {
+                if preferred.is_some() {
+                    tracing::warn!(port, "the local PostgreSQL's usual port is taken: starting it on another one");
+                }
+                preferred = None;
+            }
             std::thread::sleep(Duration::from_millis(200) * attempt);
             attempt += 1;
             continue;
@@ -716,6 +761,25 @@ fn start_server(server: &Server, data_dir: &Path, port: Option<u16>) -> Result<u
         }
         return Err(error);
     }
+}
+
+/// The port the cluster in `data_dir` remembers (`port = '…'` in `postgresql.auto.conf`, written
+/// by [`remember_port`]), if any.
+fn remembered_port(data_dir: &Path) -> Option<u16> {
+    let auto = fs::read_to_string(data_dir.join("postgresql.auto.conf")).ok()?;
+    auto.lines().rev().find_map(|line| {
+        let (name, value) = line.split_once('=')?;
+        (name.trim() == "port").then(|| value.trim().trim_matches('\'').parse().ok()).flatten()
+    })
+}
+
+/// Makes `port` the cluster's own setting (`ALTER SYSTEM`, kept in `postgresql.auto.conf`), so that
+/// the next start, ours or a plain `pg_ctl start`, listens there again.
+async fn remember_port(port: u16) -> Result<(), sqlx::Error> {
+    let mut connection = probe_options(port).connect().await?;
+    // ALTER SYSTEM takes no parameters; the value is a number we formatted.
+    sqlx::query(&format!("alter system set port = {port}")).execute(&mut connection).await?;
+    connection.close().await
 }
 
 /// A TCP port on 127.0.0.1 that is free right now (the OS picks it).
@@ -799,20 +863,24 @@ async fn wait_until_ready(port: u16, data_dir: &Path) -> Result<(), LocalPostgre
 /// Connects to the server on `port` and asks for its data directory: a real query, and proof of
 /// which cluster answered.
 async fn served_directory(port: u16) -> Result<PathBuf, sqlx::Error> {
-    let options = PgConnectOptions::new_without_pgpass()
+    let mut connection = probe_options(port).connect().await?;
+    let served: String = sqlx::query_scalar("select setting from pg_settings where name = 'data_directory'")
+        .fetch_one(&mut connection)
+        .await?;
+    connection.close().await?;
+    Ok(PathBuf::from(served))
+}
+
+/// How payonce itself connects to the server on `port`, to check it and to configure it.
+fn probe_options(port: u16) -> PgConnectOptions {
+    PgConnectOptions::new_without_pgpass()
         .host("127.0.0.1")
         .port(port)
         .username(SUPERUSER)
         .database("postgres")
         .ssl_mode(PgSslMode::Disable)
         .application_name("payonce local PostgreSQL check")
-        .disable_statement_logging();
-    let mut connection = options.connect().await?;
-    let served: String = sqlx::query_scalar("select setting from pg_settings where name = 'data_directory'")
-        .fetch_one(&mut connection)
-        .await?;
-    connection.close().await?;
-    Ok(PathBuf::from(served))
+        .disable_statement_logging()
 }
 
 /// Whether two paths name the same folder (following symbolic links where they exist).
@@ -1044,6 +1112,26 @@ mod tests {
         assert_eq!(answer, 42);
         connection.close().await.expect("close");
         pg.stop().await.expect("stop");
+    }
+
+    /// A restarted cluster listens on the port it had, so URLs handed out stay valid: through
+    /// `start`, through `stop_folder` (whoever started it), and for a plain `pg_ctl start`, which
+    /// reads the port from the cluster's own configuration.
+    #[tokio::test]
+    async fn a_restart_keeps_the_port() {
+        let scratch = Scratch::new("port");
+        let pg = LocalPostgres::start(&scratch.data_dir()).await.expect("first start");
+        let port = pg.port();
+        assert_eq!(remembered_port(&scratch.data_dir()), Some(port));
+        let url = LocalPostgres::remembered_url(&scratch.data_dir(), "postgres").expect("a remembered URL");
+        assert_eq!(url, pg.url("postgres"));
+        LocalPostgres::stop_folder(&scratch.data_dir(), true).await.expect("stop it as a crash would");
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "stopped");
+
+        let again = LocalPostgres::start(&scratch.data_dir()).await.expect("second start");
+        assert_eq!(again.port(), port, "the same port after a restart");
+        connect(&again).await.close().await.expect("close");
+        again.stop().await.expect("stop");
     }
 
     /// A `postmaster.pid` left behind by a dead server neither counts as a running server nor

@@ -70,6 +70,26 @@ impl Database {
         }
     }
 
+    /// The URL of payonce's database on the local PostgreSQL under `local_dir`, on the port it
+    /// remembers, without starting anything (`payonce db url`); `None` before its first start.
+    pub fn local_url(local_dir: &std::path::Path) -> Option<String> {
+        LocalPostgres::remembered_url(&local_dir.join("postgres"), LOCAL_DATABASE)
+    }
+
+    /// Starts the local PostgreSQL under `local_dir` if it is not running (on the port it
+    /// remembers), creates payonce's database if needed, and returns its URL; the server is left
+    /// running (`payonce db start`).
+    pub async fn start_local(local_dir: &std::path::Path) -> Result<String, OpenError> {
+        let local = LocalPostgres::start(&local_dir.join("postgres")).await?;
+        create_database_if_missing(&local).await.map_err(OpenError::Connect)?;
+        Ok(local.url(LOCAL_DATABASE))
+    }
+
+    /// Stops the local PostgreSQL under `local_dir`, whoever started it (`payonce db stop`).
+    pub async fn stop_local(local_dir: &std::path::Path, immediate: bool) -> Result<(), OpenError> {
+        Ok(LocalPostgres::stop_folder(&local_dir.join("postgres"), immediate).await?)
+    }
+
     /// Closes the pool and stops the local PostgreSQL if this process started it.
     pub async fn close(self) {
         self.pool.close().await;

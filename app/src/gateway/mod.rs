@@ -30,14 +30,17 @@ use stripe_core::payment_intent::{
     CreatePaymentIntent, CreatePaymentIntentAutomaticPaymentMethods,
     CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects, RetrievePaymentIntent, SearchPaymentIntent,
 };
+use stripe_core::refund::{CreateRefund, CreateRefundReason, ListRefund, RetrieveRefund};
 use stripe_misc::WebhookEndpoint;
 use stripe_misc::webhook_endpoint::{CreateWebhookEndpoint, CreateWebhookEndpointEnabledEvents};
-use stripe_shared::{ApiErrors, PaymentIntent};
-use stripe_types::SearchList;
+use stripe_shared::{ApiErrors, PaymentIntent, Refund};
+use stripe_types::{List, SearchList};
 use uuid::Uuid;
 
 use crate::config::Secret;
-pub use outcome::{Decline, DeclinedBy, ErrorAnswer, GatewayError, IntentAnswer, Outcome, PendingStatus, Refusal};
+pub use outcome::{
+    Decline, DeclinedBy, ErrorAnswer, GatewayError, IntentAnswer, Outcome, PendingStatus, RefundOutcome, Refusal,
+};
 pub(crate) use transport::Transport;
 
 /// How payonce reaches its gateway.
@@ -61,6 +64,29 @@ pub struct Charge<'a> {
     pub metadata: HashMap<String, String>,
     /// The deterministic downstream idempotency key.
     pub idempotency_key: String,
+}
+
+/// What to refund.
+#[derive(Debug, Clone)]
+pub struct RefundCall<'a> {
+    /// The PaymentIntent whose charge is refunded.
+    pub payment_intent: &'a str,
+    pub amount: i64,
+    /// `duplicate`, `fraudulent` or `requested_by_customer`.
+    pub reason: Option<&'a str>,
+    /// Client metadata plus payonce's audit keys.
+    pub metadata: HashMap<String, String>,
+    /// The deterministic downstream idempotency key ([`refund_key`]).
+    pub idempotency_key: String,
+}
+
+/// The metadata key that names payonce's refund on every refund it creates.
+pub const REFUND_METADATA: &str = "payonce_refund";
+
+/// The downstream idempotency key of a refund's payonce key. Its own prefix, so that a refund
+/// key can never collide with a charge key, whatever the row ids.
+pub fn refund_key(key_id: Uuid) -> String {
+    format!("payonce-refund-{}", key_id.simple())
 }
 
 /// The prefix of every downstream idempotency key.
@@ -177,6 +203,80 @@ impl Gateway {
         }
     }
 
+    /// Refunds (part of) a PaymentIntent's charge. One attempt, with the caller's downstream key.
+    pub async fn refund(&self, call: RefundCall<'_>) -> RefundOutcome {
+        let mut request =
+            CreateRefund::new().payment_intent(call.payment_intent).amount(call.amount).metadata(call.metadata);
+        if let Some(reason) = call.reason.and_then(|reason| reason.parse::<CreateRefundReason>().ok()) {
+            request = request.reason(reason);
+        }
+        let started = Instant::now();
+        let outcome = match self.call_refund(request.build(), Some(&call.idempotency_key)).await {
+            Ok(body) => refund_outcome(&body),
+            Err(outcome) => outcome,
+        };
+        observe("refund", outcome.label(), started);
+        outcome
+    }
+
+    /// Looks a refund up by the gateway's id.
+    pub async fn retrieve_refund(&self, refund: &str) -> RefundOutcome {
+        let started = Instant::now();
+        let outcome = match self.call_refund(RetrieveRefund::new(refund).build(), None).await {
+            Ok(body) => refund_outcome(&body),
+            Err(outcome) => outcome,
+        };
+        observe("retrieve_refund", outcome.label(), started);
+        outcome
+    }
+
+    /// Looks for the refund of payonce's refund `refund` (`re_…`) among the PaymentIntent's
+    /// refunds, by payonce's metadata. `None` when there is none. A charge has few refunds: one
+    /// page of 100 holds them (a charge cannot be refunded in more parts than its cents, but a
+    /// payonce payment never is in that many).
+    pub async fn find_refund(&self, payment_intent: &str, refund: &str) -> Option<RefundOutcome> {
+        let started = Instant::now();
+        let body =
+            match self.call_refund(ListRefund::new().payment_intent(payment_intent).limit(100).build(), None).await {
+                Ok(body) => body,
+                Err(outcome) => return Some(outcome),
+            };
+        let list: List<Refund> = match parse(&body) {
+            Ok(list) => list,
+            Err(unreadable) => return Some(RefundOutcome::Unknown(unreadable)),
+        };
+        let found = list
+            .data
+            .iter()
+            .find(|r| r.metadata.as_ref().and_then(|m| m.get(REFUND_METADATA)).is_some_and(|id| id == refund));
+        let outcome =
+            found.map(|r| RefundOutcome::of_refund(r.id.as_str(), r.status.as_deref(), r.failure_reason.as_deref()));
+        observe("find_refund", outcome.as_ref().map_or("none", RefundOutcome::label), started);
+        outcome
+    }
+
+    /// One refund call. `Err` holds what an error answer (or the lack of any) means.
+    async fn call_refund(
+        &self,
+        request: RequestBuilder,
+        idempotency_key: Option<&str>,
+    ) -> Result<Bytes, RefundOutcome> {
+        self.transport.call(request, idempotency_key, self.timeout).await.map_err(|err| match err {
+            StripeError::Stripe(api, status) => {
+                let outcome = error_answer(&api, status).classify_refund();
+                if let RefundOutcome::Refused(refusal) = &outcome {
+                    self.settle("refund", Instant::now(), Outcome::Refused(refusal.clone()));
+                }
+                outcome
+            }
+            StripeError::Timeout => RefundOutcome::Unknown(GatewayError::Timeout(self.timeout)),
+            StripeError::ClientError(msg) | StripeError::ConfigError(msg) => {
+                RefundOutcome::Unknown(GatewayError::Transport(msg))
+            }
+            StripeError::JSONDeserialize(msg) => RefundOutcome::Unknown(GatewayError::Unreadable(msg)),
+        })
+    }
+
     /// Registers `url` as a webhook endpoint for `events`, in the API version async-stripe reads,
     /// and returns its signing secret (Stripe shows it in this answer only). `payonce serve`
     /// does this with its built-in simulator at startup; with real Stripe an operator creates
@@ -268,6 +368,16 @@ fn intent_outcome(body: &Bytes) -> Outcome {
         None => Value::Null,
     };
     classify_intent(&intent, next_action)
+}
+
+/// The outcome of a body that should be a refund.
+fn refund_outcome(body: &Bytes) -> RefundOutcome {
+    match parse::<Refund>(body) {
+        Ok(refund) => {
+            RefundOutcome::of_refund(refund.id.as_str(), refund.status.as_deref(), refund.failure_reason.as_deref())
+        }
+        Err(unreadable) => RefundOutcome::Unknown(unreadable),
+    }
 }
 
 /// The outcomes of the PaymentIntents a search found.

@@ -153,6 +153,100 @@ impl RefusalReason {
     }
 }
 
+/// The meaning of one gateway answer about a refund: the same five classes as a payment's
+/// [`Outcome`], and the same rules (unknown is never failure; refused is payonce's own fault).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RefundOutcome {
+    /// The money went back. Final.
+    Succeeded {
+        refund: String,
+    },
+    /// The gateway accepted the refund and is still settling it.
+    Pending {
+        refund: String,
+    },
+    /// The gateway will not refund: nothing remains on its side, or the refund failed. Final.
+    Declined {
+        refund: Option<String>,
+        code: String,
+        message: String,
+    },
+    Refused(Refusal),
+    Unknown(GatewayError),
+}
+
+impl RefundOutcome {
+    /// The `outcome` label of the gateway metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Succeeded { .. } => "succeeded",
+            Self::Pending { .. } => "pending",
+            Self::Declined { .. } => "declined",
+            Self::Refused(refusal) => Outcome::Refused(refusal.clone()).label(),
+            Self::Unknown(error) => Outcome::Unknown(error.clone()).label(),
+        }
+    }
+
+    /// The gateway's refund id the answer names, if any.
+    pub fn refund(&self) -> Option<&str> {
+        match self {
+            Self::Succeeded { refund } | Self::Pending { refund } => Some(refund),
+            Self::Declined { refund, .. } => refund.as_deref(),
+            Self::Refused(_) | Self::Unknown(_) => None,
+        }
+    }
+
+    /// The meaning of a refund object: its `status`, and why it failed if it did.
+    pub fn of_refund(id: &str, status: Option<&str>, failure_reason: Option<&str>) -> Self {
+        let refund = id.to_owned();
+        match status {
+            Some("succeeded") => Self::Succeeded { refund },
+            Some("pending" | "requires_action") => Self::Pending { refund },
+            Some(status @ ("failed" | "canceled")) => Self::Declined {
+                refund: Some(refund),
+                code: failure_reason.unwrap_or(status).to_owned(),
+                message: format!("The gateway's refund {id} is {status}."),
+            },
+            other => Self::Refused(Refusal {
+                reason: RefusalReason::UnexpectedStatus,
+                status: None,
+                kind: "refund_status".to_owned(),
+                code: other.map(str::to_owned),
+                message: format!("refund {id} is in status {other:?}, which payonce does not know"),
+            }),
+        }
+    }
+}
+
+impl ErrorAnswer<'_> {
+    /// The meaning of an error answer to a refund: a payment's rules, except that the gateway
+    /// saying nothing (or not that much) remains to refund is its final answer about the charge,
+    /// not a request payonce should not have sent: payonce's own ledger reserved the amount, so
+    /// the charge was refunded outside payonce (the Dashboard), and retrying cannot help.
+    pub fn classify_refund(&self) -> RefundOutcome {
+        if self.kind == "invalid_request_error"
+            && matches!(self.code, Some("charge_already_refunded" | "amount_too_large"))
+        {
+            return RefundOutcome::Declined {
+                refund: None,
+                code: self.code.unwrap_or_default().to_owned(),
+                message: self.message.to_owned(),
+            };
+        }
+        match self.classify() {
+            Outcome::Unknown(error) => RefundOutcome::Unknown(error),
+            Outcome::Refused(refusal) => RefundOutcome::Refused(refusal),
+            Outcome::Declined(decline) => {
+                RefundOutcome::Declined { refund: None, code: decline.code, message: decline.message }
+            }
+            // An error answer is never a success nor pending.
+            Outcome::Succeeded { .. } | Outcome::Pending { .. } => {
+                RefundOutcome::Unknown(GatewayError::Unreadable("an error answer that reads as a success".into()))
+            }
+        }
+    }
+}
+
 /// No answer that tells: the charge may or may not have happened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GatewayError {
@@ -375,6 +469,21 @@ mod tests {
         );
         let Outcome::Refused(refusal) = error(401, "invalid_request_error", None, None).classify() else { panic!() };
         assert_eq!((refusal.status, refusal.message.as_str()), (Some(401), "msg"));
+    }
+
+    /// Refund answers: nothing left at the gateway is final; the rest follows the payment's rules.
+    #[test]
+    fn refund_answers() {
+        let label = |answer: ErrorAnswer<'_>| answer.classify_refund().label();
+        assert_eq!(label(error(400, "invalid_request_error", Some("charge_already_refunded"), None)), "declined");
+        assert_eq!(label(error(400, "invalid_request_error", Some("amount_too_large"), Some("amount"))), "declined");
+        assert_eq!(label(error(400, "invalid_request_error", Some("parameter_unknown"), None)), "refused");
+        assert_eq!(label(error(500, "api_error", None, None)), "unavailable");
+        assert_eq!(label(error(409, "idempotency_error", None, None)), "unavailable");
+        assert_eq!(RefundOutcome::of_refund("re_1", Some("succeeded"), None).label(), "succeeded");
+        assert_eq!(RefundOutcome::of_refund("re_1", Some("pending"), None).label(), "pending");
+        assert_eq!(RefundOutcome::of_refund("re_1", Some("failed"), Some("lost_or_stolen_card")).label(), "declined");
+        assert_eq!(RefundOutcome::of_refund("re_1", None, None).label(), "refused");
     }
 
     /// Every PaymentIntent status, with the class it falls in.

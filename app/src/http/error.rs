@@ -67,6 +67,9 @@ pub enum ApiError {
     /// edge should have caught first).
     #[error("the database refused a value: {0}")]
     DatabaseRefused(sqlx::Error),
+    /// The lab's redis strategy could not reach Redis, its lock service.
+    #[error("the lock service (Redis) is unavailable: {detail}")]
+    LockServiceUnavailable { detail: String, retry_after: Duration },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -242,6 +245,14 @@ impl ApiError {
                     err.as_database_error().map_or_else(|| err.to_string(), |db| db.message().to_owned())
                 ),
             ),
+            Self::LockServiceUnavailable { retry_after, .. } => Problem::new(
+                S::SERVICE_UNAVAILABLE,
+                "lock-service-unavailable",
+                "Lock service unavailable",
+                "This server claims keys in Redis (the lab's redis strategy) and Redis cannot be reached. Nothing was \
+                 charged by this request; retry with the same Idempotency-Key after Retry-After.",
+            )
+            .with("retry_after", retry_after.as_secs()),
             Self::Internal(_) => Problem::new(
                 S::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -258,6 +269,7 @@ impl ApiError {
                 Some(whole_seconds(retry_after.as_secs_f64()))
             }
             Self::DatabaseUnavailable(_) => Some(DATABASE_RETRY_AFTER),
+            Self::LockServiceUnavailable { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }
@@ -381,6 +393,7 @@ mod tests {
             ApiError::WebhooksNotConfigured,
             ApiError::DatabaseUnavailable(sqlx::Error::PoolTimedOut),
             ApiError::DatabaseRefused(sqlx::Error::Protocol("x".into())),
+            ApiError::LockServiceUnavailable { detail: "x".into(), retry_after: second },
             ApiError::Internal("x".into()),
         ];
         let check = |problem: &Problem| {
@@ -397,9 +410,18 @@ mod tests {
                 check(&problem);
             }
         }
-        // The payment's own final problems (402, 502) are built in payments::process.
+        // The payment's own final problems (402, 502) are built in payments::process, the
+        // refund's (409, 502) in refunds::process.
         let built_here: Vec<_> = errors.iter().map(|e| e.problem().type_uri).collect();
-        let elsewhere = ["card-declined", "payment-rejected", "payment-abandoned"];
+        let elsewhere = [
+            "card-declined",
+            "payment-rejected",
+            "payment-abandoned",
+            "payment-not-refundable",
+            "refund-exceeds-payment",
+            "refund-rejected",
+            "refund-abandoned",
+        ];
         for known in TYPES {
             assert!(
                 built_here.contains(&known.uri()) || elsewhere.contains(&known.slug),

@@ -17,9 +17,34 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(healthz)).routes(routes!(readyz)).routes(routes!(metrics))
 }
 
-/// A probe's answer.
+/// `/healthz`'s answer: the process is up, the claim strategy it runs, its pool's use.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct Probe {
+    pub status: ProbeStatus,
+    /// The claim strategy payments run under (`PAYONCE_CLAIM_STRATEGY`): `on-conflict` is the
+    /// engine's own, the others are the lab's (docs/strategies.md).
+    #[schema(value_type = String, pattern = "^(on-conflict|for-update|redis|check-then-insert)$")]
+    pub claim_strategy: &'static str,
+    /// Whether the server runs in lab mode (`PAYONCE_LAB=1`, the `/lab/{strategy}/…` routes).
+    pub lab: bool,
+    pub pool: PoolUse,
+    /// Only when the strategy is a lab one: loud when it can charge twice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+/// The database pool's connections: open, idle among them, and the most it opens.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = PoolUse)]
+pub struct PoolUse {
+    pub size: u32,
+    pub idle: usize,
+    pub max: u32,
+}
+
+/// `/readyz`'s answer.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Readiness {
     pub status: ProbeStatus,
 }
 
@@ -37,15 +62,34 @@ problems!(
 );
 
 /// The process is up and serving HTTP. Checks nothing else, so a database outage does not make
-/// an orchestrator restart healthy servers.
+/// an orchestrator restart healthy servers. Says which claim strategy runs (loudly, when it is
+/// not the engine's own) and how much of the pool is in use, for the lab's benchmark.
 #[utoipa::path(
     get,
     path = "/healthz",
     tag = "operations",
-    responses((status = 200, description = "The process serves HTTP.", body = Probe), NoProblems)
+    responses((status = 200, description = "The process serves HTTP; which claim strategy runs, and the pool's use.",
+               body = Probe), NoProblems)
 )]
-async fn healthz() -> axum::Json<Probe> {
-    axum::Json(Probe { status: ProbeStatus::Ok })
+async fn healthz(State(state): State<AppState>) -> axum::Json<Probe> {
+    let strategy = state.lab.strategy();
+    let pool = state.engine.pool();
+    let warning = if !strategy.is_safe() {
+        Some(format!(
+            "claim strategy {strategy} CHARGES TWICE under concurrent retries: a lab server, never for real payments"
+        ))
+    } else if strategy != crate::lab::Strategy::OnConflict {
+        Some(format!("claim strategy {strategy}: a lab strategy, see docs/strategies.md"))
+    } else {
+        None
+    };
+    axum::Json(Probe {
+        status: ProbeStatus::Ok,
+        claim_strategy: strategy.as_str(),
+        lab: state.lab.is_lab(),
+        pool: PoolUse { size: pool.size(), idle: pool.num_idle(), max: pool.options().get_max_connections() },
+        warning,
+    })
 }
 
 /// The process can do useful work: the database answers.
@@ -53,12 +97,12 @@ async fn healthz() -> axum::Json<Probe> {
     get,
     path = "/readyz",
     tag = "operations",
-    responses((status = 200, description = "The database answers.", body = Probe), ReadyProblems)
+    responses((status = 200, description = "The database answers.", body = Readiness), ReadyProblems)
 )]
-async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Probe>, ApiError> {
+async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readiness>, ApiError> {
     let ping = sqlx::query_scalar!("select 1 as \"one!\"").fetch_one(state.engine.pool());
     match tokio::time::timeout(Duration::from_secs(2), ping).await {
-        Ok(Ok(_)) => Ok(axum::Json(Probe { status: ProbeStatus::Ready })),
+        Ok(Ok(_)) => Ok(axum::Json(Readiness { status: ProbeStatus::Ready })),
         Ok(Err(err)) => Err(ApiError::DatabaseUnavailable(err)),
         Err(_) => Err(ApiError::DatabaseUnavailable(sqlx::Error::PoolTimedOut)),
     }

@@ -11,9 +11,12 @@ pub mod edge;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod idempotent;
+pub mod lab;
 pub mod openapi;
 pub mod payments;
 pub mod problem;
+pub mod refunds;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -51,6 +54,8 @@ pub struct AppState {
     /// The secret Stripe signs webhook events with (`whsec_…`); without one, `POST
     /// /webhooks/stripe` refuses every event.
     pub webhook_secret: Option<Arc<crate::config::Secret>>,
+    /// The claim strategy and lab mode ([`crate::lab`]).
+    pub lab: Arc<crate::lab::Lab>,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -61,12 +66,60 @@ pub fn api() -> OpenApiRouter<AppState> {
     openapi::base()
         .merge(health::router())
         .merge(payments::router())
+        .merge(refunds::router())
         .merge(webhooks::router())
         .routes(routes!(openapi::serve))
 }
 
 /// The whole application. `bench_routes` adds the benchmark-only routes ([`bench`]).
 pub fn router(state: AppState, bench_routes: bool) -> Router {
+    let html = html(&state);
+    let (api, description) = api().split_for_parts();
+    let api = api.layer(Extension(openapi::Spec::new(description)));
+    let routes = api.merge(html);
+    let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
+    let routes = if state.lab.is_lab() { routes.merge(lab::router()) } else { routes };
+    assemble(routes, state)
+}
+
+/// `payonce serve --admin-only`: the dashboard, the shop and the health checks, without the
+/// payments API (whose requests get the usual 404 problem).
+pub fn admin_router(state: AppState) -> Router {
+    let routes = Router::from(health::router()).merge(html(&state));
+    assemble(routes, state)
+}
+
+/// The HTML routers. They bring their own session layers: the JSON API never sees a cookie.
+fn html(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .merge(crate::admin::router(state))
+        .merge(crate::shop::router(state))
+        .merge(crate::web::page::assets_router())
+}
+
+/// The prefixes of the machine-facing routes: their 404 is always a problem document.
+const API_PREFIXES: [&str; 5] = ["/v1/", "/webhooks/", "/lab/", "/bench/", "/_sim/"];
+
+/// No route matched: an HTML page for a browser (it asks for `text/html`) on a path people
+/// visit, the API's 404 problem for everything else (`/v1/…` whatever the client accepts).
+async fn not_found(uri: axum::http::Uri, headers: axum::http::HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let api =
+        API_PREFIXES.iter().any(|prefix| uri.path().starts_with(prefix) || uri.path() == prefix.trim_end_matches('/'));
+    let browser = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(|accept| accept.split(',').any(|media| media.trim().starts_with("text/html")));
+    if browser && !api {
+        let mut response = crate::web::page::WebError::NotFound.into_response();
+        crate::web::page::secure(response.headers_mut());
+        return response;
+    }
+    ApiError::NotFound.into_response()
+}
+
+/// `routes` with the fallbacks, the state and the middleware every response goes through.
+fn assemble(routes: Router<AppState>, state: AppState) -> Router {
     let middleware = ServiceBuilder::new()
         // Outermost first: every request gets an id (or keeps the one it came with) before the
         // trace span opens, so every log line of the request carries it.
@@ -90,17 +143,8 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
         .layer(axum::middleware::from_fn(edge::refuse))
         .layer(DefaultBodyLimit::max(extract::BODY_LIMIT));
 
-    // The HTML routers bring their own session layers: the JSON API never sees a cookie.
-    let html = Router::new()
-        .merge(crate::admin::router(&state))
-        .merge(crate::shop::router(&state))
-        .merge(crate::web::page::assets_router());
-    let (api, description) = api().split_for_parts();
-    let api = api.layer(Extension(openapi::Spec::new(description)));
-    let routes = api.merge(html);
-    let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
     routes
-        .fallback(|| async { ApiError::NotFound })
+        .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
         .layer(middleware)

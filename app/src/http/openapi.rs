@@ -24,7 +24,12 @@
 //! so a handler whose answer drifts from its annotation fails it.
 //!
 //! What is not described: the HTML pages (`/`, `/shop/…`, `/admin/…`, `/assets/…`), which a
-//! person reads, and the benchmark-only `POST /bench/payments`. `GET /metrics`, `GET /healthz` and
+//! person reads, the benchmark-only `POST /bench/payments`, and the claim-strategy lab's
+//! `POST /lab/{strategy}/v1/payments` (`http::lab`): it is served only in lab mode
+//! (`PAYONCE_LAB=1`), never to real clients, and its contract is `POST /v1/payments`'s. The
+//! conformance test's server is not in lab mode, so "every route served is described" holds
+//! without it; `lock-service-unavailable`, which the lab's redis strategy answers, is described on
+//! `POST /v1/payments`, which runs under that strategy when `PAYONCE_CLAIM_STRATEGY=redis`. `GET /metrics`, `GET /healthz` and
 //! `GET /readyz` are: they are served on the API's port to anyone, so a client (or a fuzzer) can
 //! reach them, and what they answer is part of the contract an orchestrator relies on.
 
@@ -73,6 +78,7 @@ const REPLAYED: &str = "Idempotent-Replayed";
     ),
     tags(
         (name = "payments", description = "Payments, created once per Idempotency-Key."),
+        (name = "refunds", description = "Refunds of succeeded payments, created once per Idempotency-Key."),
         (name = "webhooks", description = "Stripe's events in, verified by their signature."),
         (name = "operations", description = "Probes, metrics and this description."),
     ),
@@ -251,6 +257,7 @@ fn problem_schema() -> Value {
 fn type_schema(problem: &ProblemType) -> Value {
     let retry_after = json!({"type": "integer", "minimum": 0, "description": "Seconds, as in `Retry-After`."});
     let payment = json!({"type": "string", "pattern": "^pay_[0-9a-f]{32}$"});
+    let refund = json!({"type": "string", "pattern": "^re_[0-9a-f]{32}$"});
     let nullable = json!({"type": ["string", "null"]});
     let (members, required): (Value, &[&str]) = match problem.slug {
         "invalid-request" => {
@@ -261,9 +268,20 @@ fn type_schema(problem: &ProblemType) -> Value {
             let reasons = [Busy::InFlight, Busy::Backoff, Busy::Reconciling].map(Busy::as_str);
             (json!({"retry_after": retry_after, "reason": {"enum": reasons}}), &["retry_after", "reason"])
         }
-        "gateway-unavailable" | "gateway-refused" | "service-unavailable" => {
+        "gateway-unavailable" | "gateway-refused" | "service-unavailable" | "lock-service-unavailable" => {
             (json!({"retry_after": retry_after}), &["retry_after"])
         }
+        "payment-not-refundable" => {
+            (json!({"payment": payment, "payment_status": {"type": "string"}}), &["payment", "payment_status"])
+        }
+        "refund-exceeds-payment" => (
+            json!({"payment": payment, "amount": {"type": "integer", "minimum": 1}, "remaining": {"type": "integer", "minimum": 0}}),
+            &["payment", "amount", "remaining"],
+        ),
+        "refund-rejected" => {
+            (json!({"refund": refund, "payment": payment, "code": {"type": "string"}}), &["refund", "payment", "code"])
+        }
+        "refund-abandoned" => (json!({"refund": refund, "payment": payment}), &["refund", "payment"]),
         "card-declined" | "payment-rejected" => (
             json!({"payment": payment, "payment_intent": nullable, "code": {"type": "string"}, "decline_code": nullable}),
             &["payment", "payment_intent", "code", "decline_code"],
@@ -304,6 +322,14 @@ fn problem_headers(problem: &ProblemType) -> Vec<(&'static str, bool, Value, &'s
             "The payment this answer is about.",
         )
     };
+    let refund_location = || {
+        (
+            "Location",
+            true,
+            json!({"type": "string", "pattern": "^/v1/refunds/re_[0-9a-f]{32}$"}),
+            "The refund this answer is about.",
+        )
+    };
     let replayed = || {
         (
             REPLAYED,
@@ -316,9 +342,12 @@ fn problem_headers(problem: &ProblemType) -> Vec<(&'static str, bool, Value, &'s
         "unauthorized" => {
             vec![("WWW-Authenticate", true, json!({"const": "Bearer"}), "The authentication scheme expected.")]
         }
-        "idempotency-key-in-use" | "gateway-unavailable" | "gateway-refused" | "service-unavailable" => {
-            vec![retry_after()]
-        }
+        "idempotency-key-in-use"
+        | "gateway-unavailable"
+        | "gateway-refused"
+        | "service-unavailable"
+        | "lock-service-unavailable" => vec![retry_after()],
+        "refund-rejected" | "refund-abandoned" => vec![refund_location(), replayed()],
         "card-declined" | "payment-rejected" => vec![location(true), replayed()],
         "payment-abandoned" => vec![location(false), replayed()],
         "unsupported-content-encoding" => {

@@ -1,6 +1,6 @@
 //! `/v1/payments`: create (idempotent), show, list.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -10,13 +10,15 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::AppState;
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
 use super::openapi::problems;
-use crate::idempotency::{Busy, Claim, IdempotencyKey, Operation, StoredResponse};
+use super::{AppState, idempotent};
+pub use crate::idempotency::Answer;
+use crate::idempotency::{IdempotencyKey, Operation};
+use crate::lab::Strategy;
 use crate::payments::model::PaymentView;
-use crate::payments::process::{self, ProcessError};
+use crate::payments::process::Payments;
 use crate::payments::{self, CreatePayment, NewPayment, PaymentId, store};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -27,7 +29,8 @@ problems!(
     /// What `POST /v1/payments` answers besides the payment.
     CreateProblems: UNAUTHORIZED, IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, INVALID_REQUEST,
         UNSUPPORTED_MEDIA_TYPE, REQUEST_TIMEOUT, IDEMPOTENCY_KEY_IN_USE, IDEMPOTENCY_KEY_REUSED, CARD_DECLINED,
-        PAYMENT_REJECTED, PAYMENT_ABANDONED, GATEWAY_UNAVAILABLE, GATEWAY_REFUSED, SERVICE_UNAVAILABLE
+        PAYMENT_REJECTED, PAYMENT_ABANDONED, GATEWAY_UNAVAILABLE, GATEWAY_REFUSED, SERVICE_UNAVAILABLE,
+        LOCK_SERVICE_UNAVAILABLE
 );
 
 problems!(
@@ -102,52 +105,32 @@ pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewPayment) -
     Ok(Operation::new(customer_id, key, "POST", payments::ROUTE, request))
 }
 
-/// The final answer to a payment request.
-#[derive(Debug)]
-pub struct Answer {
-    /// The stored response: a 201 or 202 with the payment, or a final problem (402, 502).
-    pub stored: StoredResponse,
-    /// Whether it was replayed from an earlier request with the same key.
-    pub replayed: bool,
-}
-
 /// Runs a payment operation to its final answer, or fails with why it has none yet (in flight,
 /// gateway unavailable, …). Used by the API and by the shop's checkout.
-///
-/// The work runs in its own task. If the client hangs up, axum drops the handler's future; the
-/// task keeps going to its next recovery point instead of stopping at an arbitrary await.
 pub async fn execute(state: AppState, op: Operation) -> Result<Answer, ApiError> {
-    tokio::spawn(submit(state, op).in_current_span())
-        .await
-        .map_err(|err| ApiError::Internal(format!("payment task failed: {err}")))?
+    let strategy = state.lab.strategy();
+    execute_with(state, strategy, op).await
 }
 
-/// Claims the key and answers: replay, 409, or drive the work and answer with its result.
-async fn submit(state: AppState, op: Operation) -> Result<Answer, ApiError> {
-    // Losing the lease mid-way means another worker took over; looking at the key again tells
-    // the client what became of it (usually "in flight").
-    for _ in 0..3 {
-        match state.engine.claim(&op, &state.owner).await? {
-            Claim::Completed(stored) => return Ok(Answer { stored, replayed: true }),
-            Claim::InFlight { retry_after, reason } => {
-                // A live lease says when the key is certainly resolvable (finished, or free to
-                // take over if its holder died). A live holder finishes its gateway call, or gives
-                // the key back, within the gateway timeout: a retry is useful after the sooner.
-                // A backoff or a spent budget says exactly when the key may be taken again.
-                let retry_after = match reason {
-                    Busy::InFlight => retry_after.min(state.gateway.timeout()).max(Duration::from_secs(1)),
-                    Busy::Backoff | Busy::Reconciling => retry_after,
-                };
-                return Err(ApiError::InFlight { retry_after, reason });
-            }
-            Claim::Acquired(lease) => match process::run(&state.gateway, lease).await {
-                Ok(stored) => return Ok(Answer { stored, replayed: false }),
-                Err(ProcessError::LeaseLost(_)) => continue,
-                Err(err) => return Err(err.into()),
-            },
+/// [`execute`] under a given claim strategy: `on-conflict` is the engine, any other one the lab's
+/// ([`crate::lab`]). The one place the lab meets the payment flow.
+pub async fn execute_with(state: AppState, strategy: Strategy, op: Operation) -> Result<Answer, ApiError> {
+    match strategy {
+        Strategy::OnConflict => {
+            let payments = Arc::new(Payments::new(state.gateway.clone()));
+            idempotent::execute(state, payments, op).await
+        }
+        other => {
+            // In a task of its own, as the engine's path is: a client hanging up does not stop it.
+            let work = async move {
+                let answer = crate::lab::submit(&state.lab, state.engine.pool(), &state.gateway, other, &op).await?;
+                Ok(Answer { stored: answer.stored, replayed: answer.replayed })
+            };
+            tokio::spawn(work.in_current_span())
+                .await
+                .map_err(|err| ApiError::Internal(format!("payment task failed: {err}")))?
         }
     }
-    Err(ApiError::InFlight { retry_after: Duration::from_secs(1), reason: Busy::InFlight })
 }
 
 /// One of the caller's payments, as it is now; anyone else's is a 404.

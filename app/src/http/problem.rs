@@ -91,6 +91,16 @@ problem_types! {
         "The gateway refused payonce's own request (its configuration); retry with the same key later.");
     SERVICE_UNAVAILABLE = ("service-unavailable", SERVICE_UNAVAILABLE, "Service temporarily unavailable",
         "The database is unreachable, busy, or a statement ran past its timeout; retry after `Retry-After`.");
+    PAYMENT_NOT_REFUNDABLE = ("payment-not-refundable", CONFLICT, "Payment not refundable",
+        "`POST /v1/refunds` of a payment that has not succeeded. Not stored: the key may be used again.");
+    REFUND_EXCEEDS_PAYMENT = ("refund-exceeds-payment", CONFLICT, "Refund exceeds what remains of the payment",
+        "`POST /v1/refunds` for more than remains of the payment (its other refunds, in progress included, take the rest). Not stored.");
+    REFUND_REJECTED = ("refund-rejected", BAD_GATEWAY, "Refund rejected by the gateway",
+        "The gateway would not refund (already refunded, not that much remains, or the refund failed). Final, and replayed.");
+    REFUND_ABANDONED = ("refund-abandoned", BAD_GATEWAY, "Refund abandoned",
+        "The refund key's budget was spent and the gateway confirmed it never made the refund. Final, and replayed.");
+    LOCK_SERVICE_UNAVAILABLE = ("lock-service-unavailable", SERVICE_UNAVAILABLE, "Lock service unavailable",
+        "Only the lab's `redis` claim strategy: Redis, which holds its leases, cannot be reached; retry with the same key after `Retry-After`.");
     INTERNAL = ("internal", INTERNAL_SERVER_ERROR, "Internal error",
         "A bug; it is logged with the request id.");
     WEBHOOK_SIGNATURE_INVALID = ("webhook-signature-invalid", BAD_REQUEST, "Webhook signature invalid",

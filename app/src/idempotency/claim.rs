@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::lease::{Lease, RecoveryPoint};
+use super::operation::{Begun, Idempotent};
 use super::replays::Final;
 use super::{Engine, Event, EventKind, Fingerprint, IdempotencyKey, StoredResponse, secs};
 
@@ -44,6 +45,9 @@ pub enum Claim {
     Acquired(Lease),
     /// The work is done: replay this response.
     Completed(StoredResponse),
+    /// The operation's first write refused the request ([`super::Begun::Rejected`]): answer
+    /// this, which was not stored. The claim was rolled back with it: the key is unused.
+    Rejected(StoredResponse),
     /// The key may not be taken now. Try again after `retry_after`.
     InFlight { retry_after: Duration, reason: Busy },
 }
@@ -112,6 +116,16 @@ struct Row {
     response_body: Option<Vec<u8>>,
 }
 
+/// What the claim's transaction made of a key.
+enum Fused {
+    /// This request created the key; its first write is committed with it.
+    Claimed(Lease),
+    /// The first write refused the request; nothing was committed.
+    Rejected(StoredResponse),
+    /// The key existed (or was invisible: `None`); nothing was written.
+    Found(Option<Row>),
+}
+
 /// How often a claim may find its key invisible, gone or its reclaim beaten before giving up.
 /// Each retry needs another worker's write to land in between, so more than a couple means
 /// something odd.
@@ -119,15 +133,39 @@ const ATTEMPTS: usize = 4;
 
 impl Engine {
     /// Claims `op.key` for `owner` (a name for logs and the dashboard, e.g. `http:host:pid`).
+    /// A new key is claimed at `started`, with nothing else written; [`Engine::claim_with`]
+    /// commits the operation's first write with it.
     pub async fn claim(&self, op: &Operation, owner: &str) -> Result<Claim, ClaimError> {
+        self.claim_with(op, owner, None).await
+    }
+
+    /// Claims `op.key` for `owner`; when this request creates the key and `first` is given, the
+    /// key row and `first`'s first write ([`Idempotent::begin`]) commit in one short
+    /// transaction, and the lease starts at `first`'s first phase. Otherwise the existing key
+    /// decides: replay, in flight, or taken over from where it stopped.
+    pub async fn claim_with(
+        &self,
+        op: &Operation,
+        owner: &str,
+        first: Option<&dyn Idempotent>,
+    ) -> Result<Claim, ClaimError> {
         // A final answer this process replayed a moment ago: the same checks, without the database.
         if let Some(known) = self.replays().get(op.customer_id, op.key.as_str()) {
             self.check_scope_and_payload(op, known.key_id, &known.method, &known.route, known.fingerprint.as_bytes())?;
             self.observe(op, known.key_id, EventKind::Replayed, json!({"status": known.response.status.as_u16()}));
             return Ok(Claim::Completed(known.response));
         }
+        let initial = first.map_or(RecoveryPoint::STARTED, |first| first.first_phase());
         for _ in 0..ATTEMPTS {
-            let Some(row) = self.claim_or_load(op, owner).await? else {
+            let row = match first {
+                None => self.claim_or_load(self.pool(), op, owner, &initial).await?,
+                Some(first) => match self.claim_and_begin(op, owner, &initial, first).await? {
+                    Fused::Claimed(lease) => return Ok(Claim::Acquired(lease)),
+                    Fused::Rejected(response) => return Ok(Claim::Rejected(response)),
+                    Fused::Found(row) => row,
+                },
+            };
+            let Some(row) = row else {
                 // Conflict, but the row is not visible to this statement (see below): look again.
                 continue;
             };
@@ -137,7 +175,7 @@ impl Engine {
                     op,
                     row.id,
                     row.lease_token,
-                    RecoveryPoint::Started,
+                    initial,
                     row.attempts,
                     row.age_secs,
                 )));
@@ -151,6 +189,39 @@ impl Engine {
         Ok(Claim::InFlight { retry_after: Duration::from_secs(1), reason: Busy::InFlight })
     }
 
+    /// The claim and the operation's first write, in one transaction: one commit for both. If
+    /// the key already existed, the transaction only read it, and the row is returned for
+    /// [`Self::decide`].
+    async fn claim_and_begin(
+        &self,
+        op: &Operation,
+        owner: &str,
+        initial: &RecoveryPoint,
+        first: &dyn Idempotent,
+    ) -> Result<Fused, ClaimError> {
+        let mut tx = self.pool().begin().await?;
+        let row = self.claim_or_load(&mut *tx, op, owner, initial).await?;
+        let row = match row {
+            Some(row) if row.claimed => row,
+            found => {
+                tx.rollback().await?;
+                return Ok(Fused::Found(found));
+            }
+        };
+        let mut lease = self.lease(op, row.id, row.lease_token, initial.clone(), row.attempts, row.age_secs);
+        match first.begin(&mut tx, &mut lease).await? {
+            Begun::Written => {
+                tx.commit().await?;
+                EventKind::Claimed.count(1);
+                Ok(Fused::Claimed(lease))
+            }
+            Begun::Rejected(response) => {
+                tx.rollback().await?;
+                Ok(Fused::Rejected(response))
+            }
+        }
+    }
+
     /// The atomic claim, and on conflict the existing row, in one round trip.
     ///
     /// The first branch is the claim itself: `INSERT … ON CONFLICT DO NOTHING RETURNING`. If it
@@ -159,7 +230,16 @@ impl Engine {
     /// by another transaction *after* that (the insert waited for it), or was deleted meanwhile
     /// by the reaper, neither branch returns a row. `None` then means "look again", and the next
     /// statement, with a fresh snapshot, sees the row (or inserts anew).
-    async fn claim_or_load(&self, op: &Operation, owner: &str) -> Result<Option<Row>, ClaimError> {
+    ///
+    /// A new key is inserted at `initial`: `started`, or the operation's first phase when its
+    /// first write shares the transaction.
+    async fn claim_or_load<'e>(
+        &self,
+        executor: impl sqlx::PgExecutor<'e>,
+        op: &Operation,
+        owner: &str,
+        initial: &RecoveryPoint,
+    ) -> Result<Option<Row>, ClaimError> {
         let settings = self.settings();
         let budget = self.sql_budget();
         let row = sqlx::query_as!(
@@ -168,9 +248,9 @@ impl Engine {
             with claimed as (
                 insert into idempotency_keys
                     (id, customer_id, key, method, route, fingerprint, request,
-                     lease_owner, locked_until, expires_at)
+                     lease_owner, locked_until, expires_at, recovery_point)
                 values ($1, $2, $3, $4, $5, $6, $7,
-                        $8, now() + $9 * interval '1 second', now() + $10 * interval '1 second')
+                        $8, now() + $9 * interval '1 second', now() + $10 * interval '1 second', $15)
                 on conflict (customer_id, key) do nothing
                 returning *
             ), event as (
@@ -210,8 +290,9 @@ impl Engine {
             budget.horizon,
             budget.base,
             budget.cap,
+            initial.as_str(),
         )
-        .fetch_optional(self.pool())
+        .fetch_optional(executor)
         .await?;
         Ok(row)
     }
@@ -240,8 +321,12 @@ impl Engine {
                 // A live lease first: its holder answers (or gives the key back) before anything
                 // else can happen to the key. Then the budget, then the backoff.
                 let (wait, reason) = if row.lease_remaining_secs > 0.0 {
-                    let reason = if row.exhausted { Busy::Reconciling } else { Busy::InFlight };
-                    (row.lease_remaining_secs, reason)
+                    if row.exhausted {
+                        (row.lease_remaining_secs, Busy::Reconciling)
+                    } else {
+                        // Its holder answers or gives the key back within the gateway timeout.
+                        (row.lease_remaining_secs.min(self.settings().gateway_timeout.as_secs_f64()), Busy::InFlight)
+                    }
                 } else if row.exhausted {
                     (row.retry_in_secs, Busy::Reconciling)
                 } else if row.retry_in_secs > 0.0 {
@@ -347,7 +432,8 @@ impl Engine {
     ) -> Lease {
         let (customer_id, client_key, request) = (op.customer_id, op.key.as_str().to_owned(), op.request.clone());
         let age = Duration::try_from_secs_f64(age_secs).unwrap_or_default();
-        Lease::new(self.clone(), key_id, customer_id, client_key, token, recovery_point, request, attempts, age)
+        let route = op.route.to_owned();
+        Lease::new(self.clone(), key_id, customer_id, route, client_key, token, recovery_point, request, attempts, age)
     }
 
     fn observe(&self, op: &Operation, key_id: Uuid, kind: EventKind, detail: Value) {

@@ -39,6 +39,8 @@ pub enum EventKind {
     Reconciled,
     /// A webhook event about the key's payment arrived.
     Webhook,
+    /// Recovery point reached: the refund row exists and its amount is reserved on the payment.
+    RefundCreated,
 }
 
 impl EventKind {
@@ -59,6 +61,7 @@ impl EventKind {
             Self::Refused => "refused",
             Self::Reconciled => "reconciled",
             Self::Webhook => "webhook",
+            Self::RefundCreated => "refund_created",
         }
     }
 

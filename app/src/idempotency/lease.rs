@@ -6,45 +6,45 @@
 //! worker reclaimed the key meanwhile, the write matches no row and the old holder stops. That is
 //! what makes it safe to presume a slow worker dead: even if it wakes up, it can no longer write.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use sqlx::PgConnection;
 use tokio::time::{Instant, MissedTickBehavior};
 use uuid::Uuid;
 
-use super::{Engine, Event, EventKind, secs};
+use super::{Engine, Event, EventKind, StoredResponse, secs};
 
-/// How far the work of a key got. Each step is committed in one short transaction; the gateway is
-/// called between `PaymentCreated` and `Finished` with no transaction open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecoveryPoint {
-    /// The key is claimed; nothing else is written yet.
-    Started,
-    /// The local payment row exists; the gateway may or may not have been called.
-    PaymentCreated,
-    /// The payment's outcome and the response are stored; the key is final.
-    Finished,
-}
+/// How far the work of a key got: the `recovery_point` column. The engine knows two points,
+/// [`STARTED`](Self::STARTED) (claimed, nothing else written) and [`FINISHED`](Self::FINISHED)
+/// (the response is stored); every operation names the points between them
+/// ([`super::Idempotent::phases`]: `payment_created`, `refund_created`), each committed in one
+/// short statement or transaction, the gateway called between them with no transaction open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryPoint(Cow<'static, str>);
 
 impl RecoveryPoint {
-    /// Reads the `recovery_point` column.
+    /// The key is claimed; nothing else is written yet. A key claimed together with its
+    /// operation's first write (the usual case) never rests here.
+    pub const STARTED: Self = Self(Cow::Borrowed("started"));
+    /// The response is stored; the key is final.
+    pub const FINISHED: Self = Self(Cow::Borrowed("finished"));
+
+    /// A point an operation declares.
+    pub const fn named(name: &'static str) -> Self {
+        Self(Cow::Borrowed(name))
+    }
+
+    /// Reads the `recovery_point` column (the database's check constraint lists the values).
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "started" => Some(Self::Started),
-            "payment_created" => Some(Self::PaymentCreated),
-            "finished" => Some(Self::Finished),
-            _ => None,
-        }
+        (!s.is_empty()).then(|| Self(Cow::Owned(s.to_owned())))
     }
 
     /// The `recovery_point` column's value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Started => "started",
-            Self::PaymentCreated => "payment_created",
-            Self::Finished => "finished",
-        }
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -55,6 +55,8 @@ pub struct Lease {
     /// The key's row id; also the seed of the downstream idempotency key.
     pub key_id: Uuid,
     pub customer_id: Uuid,
+    /// The route template the key was claimed for: which operation drives it.
+    pub route: String,
     /// The client's `Idempotency-Key`, for audit metadata.
     pub client_key: String,
     /// The fencing token every write of this holder must present.
@@ -67,6 +69,29 @@ pub struct Lease {
     pub attempts: i32,
     /// How old the key was when this lease was taken, by the database's clock.
     pub age: Duration,
+    /// What the operation's first write made (its resource, as it was inserted), handed from
+    /// [`super::Idempotent::begin`] to [`super::Idempotent::resume`] so a fresh key need not
+    /// read it back.
+    carried: Carried,
+}
+
+/// The value a lease carries from the first write to the rest of the work.
+#[derive(Default)]
+struct Carried(Option<Box<dyn std::any::Any + Send + Sync>>);
+
+impl std::fmt::Debug for Carried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Carried(Some(..))" } else { "Carried(None)" })
+    }
+}
+
+/// Why a fenced write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum FenceError {
+    #[error(transparent)]
+    LeaseLost(#[from] LeaseLost),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
 }
 
 /// The lease was taken over: another worker now owns the key, and this one must stop writing.
@@ -83,6 +108,7 @@ impl Lease {
         engine: Engine,
         key_id: Uuid,
         customer_id: Uuid,
+        route: String,
         client_key: String,
         token: i64,
         recovery_point: RecoveryPoint,
@@ -90,7 +116,29 @@ impl Lease {
         attempts: i32,
         age: Duration,
     ) -> Self {
-        Self { engine, key_id, customer_id, client_key, token, recovery_point, request, attempts, age }
+        Self {
+            engine,
+            key_id,
+            customer_id,
+            route,
+            client_key,
+            token,
+            recovery_point,
+            request,
+            attempts,
+            age,
+            carried: Carried::default(),
+        }
+    }
+
+    /// Hands `value` to whoever drives the rest of this lease's work ([`Self::take`]).
+    pub fn carry<T: std::any::Any + Send + Sync>(&mut self, value: T) {
+        self.carried.0 = Some(Box::new(value));
+    }
+
+    /// What the first write carried, if it ran under this lease and made a `T`.
+    pub fn take<T: std::any::Any>(&mut self) -> Option<T> {
+        self.carried.0.take()?.downcast::<T>().ok().map(|value| *value)
     }
 
     /// The engine this lease belongs to.
@@ -207,6 +255,93 @@ impl Lease {
             }
         }
         Ok(released.map(|secs| Duration::try_from_secs_f64(secs).unwrap_or_default()))
+    }
+
+    /// Moves the key from recovery point `from` to `to`, fenced, inside the operation's own
+    /// transaction `conn` (the phase's business write goes in the same one). With `detail`,
+    /// records the phase's event (its kind is the point's name); without, the operation writes
+    /// it with its business row. [`LeaseLost`] if the key is no longer
+    /// this lease's, or no longer at `from`: the caller must then roll back.
+    pub async fn advance_in(
+        &mut self,
+        conn: &mut PgConnection,
+        from: &RecoveryPoint,
+        to: &RecoveryPoint,
+        detail: Option<Value>,
+    ) -> Result<(), FenceError> {
+        let advanced = sqlx::query_scalar!(
+            r#"
+            with advanced as (
+                update idempotency_keys
+                   set recovery_point = $4, updated_at = now()
+                 where id = $1 and lease_token = $2 and state = 'processing' and recovery_point = $3
+                returning id, customer_id, lease_token
+            ), event as (
+                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+                select id, customer_id, $4, lease_token, $5 from advanced where $5::jsonb is not null
+            )
+            select count(*) as "advanced!" from advanced
+            "#,
+            self.key_id,
+            self.token,
+            from.as_str(),
+            to.as_str(),
+            detail,
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if advanced != 1 {
+            return Err(self.lost().into());
+        }
+        self.recovery_point = to.clone();
+        Ok(())
+    }
+
+    /// Makes the key final with `response`, fenced, inside the operation's own transaction
+    /// `conn`: the operation's last business write and the stored response commit together, so a
+    /// replay can never disagree with the resource. `failed` stores it as a key given up
+    /// (`state = 'failed'`) rather than answered. Records a `completed` (or `failed`) event with
+    /// `detail`.
+    pub async fn finish_in(
+        &self,
+        conn: &mut PgConnection,
+        response: &StoredResponse,
+        failed: bool,
+        detail: Value,
+    ) -> Result<(), FenceError> {
+        let state = if failed { "failed" } else { "completed" };
+        let finished = sqlx::query_scalar!(
+            r#"
+            with finished as (
+                update idempotency_keys
+                   set state = $3, recovery_point = case when $3 = 'completed' then 'finished' else recovery_point end,
+                       response_status = $4, response_headers = $5, response_body = $6,
+                       locked_until = null, completed_at = now(), updated_at = now()
+                 where id = $1 and lease_token = $2 and state = 'processing'
+                returning id, customer_id, lease_token, recovery_point
+            ), event as (
+                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+                select id, customer_id, $3, lease_token,
+                       $7::jsonb || jsonb_build_object('status', $4::int2, 'recovery_point', recovery_point)
+                from finished
+            )
+            select count(*) as "finished!" from finished
+            "#,
+            self.key_id,
+            self.token,
+            state,
+            response.status.as_u16() as i16,
+            response.headers_json(),
+            response.body.as_ref(),
+            detail,
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if finished != 1 {
+            return Err(self.lost().into());
+        }
+        if failed { EventKind::Failed } else { EventKind::Completed }.count(1);
+        Ok(())
     }
 
     /// Records that this worker found its lease superseded, and returns the error to stop with.

@@ -11,7 +11,10 @@
 //!    replayed, a live lease means "in flight" (409), an expired lease is *reclaimed* with a new
 //!    fencing token and the work resumes where it stopped, once its backoff has passed and within
 //!    its budget ([`budget`]); otherwise the client is told when to come back (409).
-//! 3. The holder drives the work through its recovery points ([`crate::payments::process`]).
+//!    For a new key the claim shares one short transaction with the operation's first write
+//!    ([`Idempotent::begin`]), so claiming costs no commit of its own.
+//! 3. The holder drives the work through its recovery points ([`Idempotent::resume`]: a payment,
+//!    a refund; [`operation`] is the seam every operation implements).
 //!    Every write it makes is fenced by the lease token ([`lease`]); the lease is extended by a
 //!    heartbeat while the gateway call runs; the final response is stored in the same statement
 //!    that completes the work.
@@ -25,6 +28,7 @@ pub mod events;
 pub mod fingerprint;
 pub mod key;
 pub mod lease;
+pub mod operation;
 pub mod operator;
 pub mod recovery;
 pub mod replays;
@@ -40,7 +44,8 @@ pub use claim::{Busy, Claim, ClaimError, Operation};
 pub use events::{Event, EventKind, EventLog};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
-pub use lease::{Lease, LeaseLost, RecoveryPoint};
+pub use lease::{FenceError, Lease, LeaseLost, RecoveryPoint};
+pub use operation::{Answer, Begun, BoxFuture, Idempotent, Operations, ProcessError, SubmitError};
 pub use response::StoredResponse;
 
 /// Timing policy of the engine.
@@ -55,6 +60,10 @@ pub struct EngineSettings {
     pub budget: Budget,
     /// How long the gateway remembers a downstream key.
     pub horizon: Horizon,
+    /// The deadline of one gateway call. A live holder answers, or gives its key back, within it:
+    /// a retry that finds the key in flight is told to come back after at most this long (and
+    /// the `conflict` event records that same `Retry-After`).
+    pub gateway_timeout: Duration,
 }
 
 impl Default for EngineSettings {
@@ -64,6 +73,7 @@ impl Default for EngineSettings {
             key_ttl: Duration::from_secs(24 * 60 * 60),
             budget: Budget::default(),
             horizon: Horizon::default(),
+            gateway_timeout: Duration::from_secs(30),
         }
     }
 }

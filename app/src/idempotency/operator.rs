@@ -76,12 +76,14 @@ impl Engine {
             with expired as (
                 delete from idempotency_keys
                  where id = $1 and lease_token = $2 and state <> 'processing'
-                returning id, customer_id, lease_token, state, created_at
+                returning id, customer_id, key, lease_token, state, attempts, response_status, created_at
             ), event as (
+                -- The key's tombstone: enough to find it and tell what became of it.
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'expired', lease_token,
                        jsonb_build_object('by', $3::text, 'state', state,
-                                          'age_secs', extract(epoch from now() - created_at)::int8)
+                                          'age_secs', extract(epoch from now() - created_at)::int8,
+                                          'key', key, 'attempts', attempts, 'response_status', response_status)
                 from expired
             )
             select count(*) as "expired!" from expired
@@ -95,6 +97,19 @@ impl Engine {
         // This process may have the answer in memory; other servers forget it within seconds.
         self.replays().forget(key_id);
         self.settle(expired, EventKind::Expired, key_id, seen_token, &by).await
+    }
+
+    /// The workshop's reset (`PAYONCE_WORKSHOP` only, from the gateway panel): deletes every key,
+    /// payment, event and webhook record, and whatever else refers to payments, so a class starts
+    /// again from an empty dashboard. Customers and operators stay. Not fenced, not for
+    /// production: work in flight on any server loses its rows (its later writes match nothing).
+    pub async fn workshop_reset(&self, operator: &str) -> sqlx::Result<()> {
+        sqlx::query!("truncate idempotency_events, webhook_events, payments, idempotency_keys cascade")
+            .execute(self.pool())
+            .await?;
+        self.replays().clear();
+        tracing::warn!(by = %format!("operator:{operator}"), "workshop reset: every key and payment deleted");
+        Ok(())
     }
 
     /// Counts and logs an action that matched its row; explains one that matched none.

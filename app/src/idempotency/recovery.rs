@@ -17,6 +17,7 @@ use super::{Engine, EventKind, secs};
 struct Abandoned {
     id: Uuid,
     customer_id: Uuid,
+    route: String,
     key: String,
     lease_token: i64,
     recovery_point: String,
@@ -53,7 +54,7 @@ impl Engine {
                        updated_at = now()
                   from abandoned
                  where k.id = abandoned.id
-                returning k.id, k.customer_id, k.key, k.lease_token, k.recovery_point, k.request, k.attempts,
+                returning k.id, k.customer_id, k.route, k.key, k.lease_token, k.recovery_point, k.request, k.attempts,
                           k.created_at
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
@@ -61,7 +62,7 @@ impl Engine {
                        jsonb_build_object('owner', $1::text, 'recovery_point', recovery_point, 'attempts', attempts)
                 from reclaimed
             )
-            select id, customer_id, key, lease_token, recovery_point, request, attempts,
+            select id, customer_id, route, key, lease_token, recovery_point, request, attempts,
                    extract(epoch from now() - created_at)::float8 as "age_secs!"
             from reclaimed
             "#,
@@ -86,6 +87,7 @@ impl Engine {
                 self.clone(),
                 row.id,
                 row.customer_id,
+                row.route,
                 row.key,
                 row.lease_token,
                 recovery_point,
@@ -113,11 +115,14 @@ impl Engine {
                 delete from idempotency_keys k
                  using doomed
                  where k.id = doomed.id
-                returning k.id, k.customer_id, k.lease_token, k.state, k.created_at
+                returning k.id, k.customer_id, k.key, k.lease_token, k.state, k.attempts, k.response_status,
+                          k.created_at
             ), event as (
+                -- The key's tombstone: enough to find it and tell what became of it.
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'expired', lease_token,
-                       jsonb_build_object('state', state, 'age_secs', extract(epoch from now() - created_at)::int8)
+                       jsonb_build_object('state', state, 'age_secs', extract(epoch from now() - created_at)::int8,
+                                          'key', key, 'attempts', attempts, 'response_status', response_status)
                 from reaped
             )
             select count(*) as "reaped!" from reaped

@@ -64,6 +64,11 @@ impl ReplayCache {
         self.lock().retain(|_, (entry, _)| entry.key_id != key_id);
     }
 
+    /// Forgets every key (the workshop's reset deleted them all).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<(Uuid, String), (Final, Instant)>> {
         // Plain data: a panic elsewhere cannot leave it half-updated.
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)

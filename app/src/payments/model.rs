@@ -138,6 +138,8 @@ pub struct Payment {
     pub id: PaymentId,
     pub customer_id: Uuid,
     pub amount: i64,
+    /// How much of it is refunded, or being refunded (refunds pending at the gateway included).
+    pub amount_refunded: i64,
     pub currency: String,
     pub payment_method: String,
     pub description: Option<String>,
@@ -163,6 +165,7 @@ impl Payment {
             id,
             customer_id,
             amount: request.amount,
+            amount_refunded: 0,
             currency: request.currency.clone(),
             payment_method: request.payment_method.clone(),
             description: request.description.clone(),
@@ -203,6 +206,7 @@ impl Payment {
             object: PaymentObject::Payment,
             customer: CustomerId(self.customer_id).to_string(),
             amount: self.amount,
+            amount_refunded: self.amount_refunded,
             currency: self.currency.clone(),
             payment_method: self.payment_method.clone(),
             description: self.description.clone(),
@@ -235,6 +239,9 @@ pub struct PaymentView {
     /// In the currency's minor unit (cents for USD).
     #[schema(minimum = 1, maximum = 99_999_999)]
     pub amount: i64,
+    /// How much of `amount` has been refunded, in the same minor unit (0 when none).
+    #[schema(minimum = 0, maximum = 99_999_999)]
+    pub amount_refunded: i64,
     /// Lowercase ISO 4217.
     #[schema(pattern = "^[a-z]{3}$")]
     pub currency: String,

@@ -4,7 +4,8 @@
 //!  started ──(1)──► payment_created ──(2: gateway call, no transaction)──(3)──► finished
 //! ```
 //!
-//! 1. One statement: insert the pending payment and advance the key to `payment_created`.
+//! 1. Insert the pending payment, in the very transaction that claims the key: the key is
+//!    created at `payment_created`, and claiming costs no commit of its own ([`Idempotent::begin`]).
 //! 2. Charge through the gateway with the downstream idempotency key, the lease kept alive by a
 //!    heartbeat. Nothing in the database is locked meanwhile.
 //! 3. One statement: record the gateway's answer on the payment, store the final response, mark
@@ -28,6 +29,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::model::{Payment, PaymentId, PaymentStatus};
@@ -35,57 +37,84 @@ use super::request::NewPayment;
 use super::{reconcile, store};
 use crate::customers::CustomerId;
 use crate::failpoint;
-use crate::gateway::{self, Charge, Decline, DeclinedBy, Gateway, GatewayError, Outcome, Refusal};
+use crate::gateway::{self, Charge, Decline, DeclinedBy, Gateway, Outcome, Refusal};
 use crate::http::problem::{self, Problem};
-use crate::idempotency::{EventKind, Lease, LeaseLost, RecoveryPoint, StoredResponse};
+use crate::idempotency::{Begun, BoxFuture, EventKind, Idempotent, Lease, RecoveryPoint, StoredResponse};
 
-/// Why a key was not driven to completion this time.
-#[derive(Debug, thiserror::Error)]
-pub enum ProcessError {
-    /// Another worker took the key over; it will finish the work.
-    #[error(transparent)]
-    LeaseLost(#[from] LeaseLost),
-    /// The gateway gave no answer that tells. The lease was released; the key may be tried
-    /// again after `retry_after`.
-    #[error("{error}")]
-    Gateway { error: GatewayError, retry_after: Duration },
-    /// The gateway refused payonce's own request (its configuration). Nothing was stored; the
-    /// lease was released; the key may be tried again after `retry_after`.
-    #[error("the gateway refused payonce's request ({}): {}", .refusal.reason.as_str(), .refusal.message)]
-    Refused { refusal: Refusal, retry_after: Duration },
-    /// A search found no PaymentIntent, too soon after the last create call to believe it. The
-    /// lease was released; the sweeper asks again after `retry_after`.
-    #[error("the gateway found no charge yet; too early to believe it")]
-    Unconfirmed { retry_after: Duration },
-    #[error(transparent)]
-    Database(#[from] sqlx::Error),
-    /// The stored state cannot be continued by this code.
-    #[error("idempotency key {key_id}: {reason}")]
-    Corrupt { key_id: Uuid, reason: String },
+/// Why a key was not driven to completion this time (the engine's, shared by every operation).
+pub use crate::idempotency::ProcessError;
+
+/// The recovery point at which the payment row exists: the gateway may or may not have been
+/// called.
+pub const PAYMENT_CREATED: RecoveryPoint = RecoveryPoint::named("payment_created");
+
+/// The payment as an idempotent operation ([`Idempotent`]): what the engine needs to drive
+/// `POST /v1/payments` keys, for a request, a retry and the sweeper alike.
+#[derive(Clone)]
+pub struct Payments {
+    gateway: Gateway,
+}
+
+impl Payments {
+    pub fn new(gateway: Gateway) -> Self {
+        Self { gateway }
+    }
+}
+
+impl Idempotent for Payments {
+    fn route(&self) -> &'static str {
+        super::ROUTE
+    }
+
+    fn first_phase(&self) -> RecoveryPoint {
+        PAYMENT_CREATED
+    }
+
+    fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
+        Box::pin(async move {
+            let request = NewPayment::deserialize(&lease.request)
+                .map_err(|err| sqlx::Error::Decode(format!("stored payment request unreadable: {err}").into()))?;
+            let payment = create_payment(conn, lease, &request).await?;
+            lease.carry(payment);
+            Ok(Begun::Written)
+        })
+    }
+
+    fn resume(&self, lease: Lease) -> BoxFuture<'_, Result<StoredResponse, ProcessError>> {
+        Box::pin(run(&self.gateway, lease))
+    }
 }
 
 /// Drives a claimed key from its recovery point to a stored response. A key whose budget is
 /// spent (only the sweeper holds one) is reconciled instead of charged.
-pub async fn run(gateway: &Gateway, lease: Lease) -> Result<StoredResponse, ProcessError> {
-    let request = NewPayment::deserialize(&lease.request)
-        .map_err(|err| corrupt(&lease, format!("stored request unreadable: {err}")))?;
-    let payment = match lease.recovery_point {
-        RecoveryPoint::Started if !lease.within_horizon() => {
+pub async fn run(gateway: &Gateway, mut lease: Lease) -> Result<StoredResponse, ProcessError> {
+    let point = lease.recovery_point.as_str().to_owned();
+    let payment = match point.as_str() {
+        "started" if !lease.within_horizon() => {
             // The payment row never existed, so no create call was ever sent: nothing charged.
             return not_charged(&lease, None, "payonce never sent this payment to the gateway").await;
         }
-        RecoveryPoint::Started => {
+        "started" => {
             failpoint::hit("after_claim").await;
-            let payment = create_payment(&lease, &request).await?;
+            let engine = lease.engine().clone();
+            engine.begin(&Payments::new(gateway.clone()), &mut lease).await?;
             failpoint::hit("after_payment_created").await;
-            payment
+            lease.take::<Payment>().ok_or_else(|| corrupt(&lease, "the first write made no payment".into()))?
         }
-        RecoveryPoint::PaymentCreated => store::find_by_key(lease.engine().pool(), lease.key_id)
-            .await?
-            .ok_or_else(|| corrupt(&lease, "at payment_created without a payment".into()))?,
+        point if point == PAYMENT_CREATED.as_str() => match lease.take::<Payment>() {
+            // Just claimed: the claim's transaction inserted the payment (and committed both).
+            Some(payment) => {
+                failpoint::hit("after_claim").await;
+                failpoint::hit("after_payment_created").await;
+                payment
+            }
+            None => store::find_by_key(lease.engine().pool(), lease.key_id)
+                .await?
+                .ok_or_else(|| corrupt(&lease, "at payment_created without a payment".into()))?,
+        },
         // A finished key is final, and a final key's lease is never handed out.
-        RecoveryPoint::Finished => {
-            return Err(corrupt(&lease, "asked to resume a finished key".into()));
+        other => {
+            return Err(corrupt(&lease, format!("asked to resume a key at {other}")));
         }
     };
     if lease.exhausted() {
@@ -135,7 +164,7 @@ pub(super) async fn conclude(
 
 /// Gives the key back so the next attempt can start as soon as its backoff allows. Returns how
 /// long that is; a key no longer ours was taken over, which the caller reports as such.
-pub(super) async fn release(lease: &Lease, reason: &str, refused: Option<Value>) -> Result<Duration, ProcessError> {
+pub(crate) async fn release(lease: &Lease, reason: &str, refused: Option<Value>) -> Result<Duration, ProcessError> {
     match lease.release(reason, refused).await {
         Ok(Some(retry_after)) => Ok(retry_after),
         Ok(None) => Err(lease.lost().into()),
@@ -148,7 +177,7 @@ pub(super) async fn release(lease: &Lease, reason: &str, refused: Option<Value>)
 }
 
 /// What a `refused` event records: what the gateway said, for the operators' banner.
-pub(super) fn refusal_detail(refusal: &Refusal) -> Value {
+pub(crate) fn refusal_detail(refusal: &Refusal) -> Value {
     json!({
         "reason": refusal.reason.as_str(),
         "status": refusal.status,
@@ -158,43 +187,37 @@ pub(super) fn refusal_detail(refusal: &Refusal) -> Value {
     })
 }
 
-/// Recovery point 1: the pending payment exists.
-async fn create_payment(lease: &Lease, request: &NewPayment) -> Result<Payment, ProcessError> {
+/// Recovery point 1: the pending payment exists. Runs in the transaction that claimed the key
+/// (or that advanced it from `started`, fenced), so it needs no fence of its own.
+async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPayment) -> sqlx::Result<Payment> {
     let id = PaymentId(Uuid::now_v7());
     let metadata = serde_json::to_value(&request.metadata).unwrap_or_default();
     let created_at = sqlx::query_scalar!(
         r#"
-        with advanced as (
-            update idempotency_keys
-               set recovery_point = 'payment_created', updated_at = now()
-             where id = $1 and lease_token = $2 and state = 'processing' and recovery_point = 'started'
-            returning id, customer_id, lease_token
-        ), payment as (
+        with payment as (
             insert into payments
                 (id, customer_id, idempotency_key_id, key_id, amount, currency, payment_method, description, metadata)
-            select $3, customer_id, id, id, $4, $5, $6, $7, $8
-            from advanced
+            values ($1, $2, $3, $3, $4, $5, $6, $7, $8)
             returning created_at
         ), event as (
             insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
-            select id, customer_id, 'payment_created', lease_token, jsonb_build_object('payment', $9::text)
-            from advanced
+            values ($3, $2, 'payment_created', $9, jsonb_build_object('payment', $10::text))
         )
-        select created_at from payment
+        select created_at as "created_at!" from payment
         "#,
-        lease.key_id,
-        lease.token,
         id.0,
+        lease.customer_id,
+        lease.key_id,
         request.amount,
         request.currency,
         request.payment_method,
         request.description,
         metadata,
+        lease.token,
         id.to_string(),
     )
-    .fetch_optional(lease.engine().pool())
-    .await?
-    .ok_or_else(|| lease.lost())?;
+    .fetch_one(conn)
+    .await?;
     EventKind::PaymentCreated.count(1);
     Ok(Payment::pending(id, lease.customer_id, request, metadata, created_at))
 }
@@ -208,7 +231,7 @@ pub(super) fn charge_for<'a>(payment: &'a Payment, lease: &Lease) -> Charge<'a> 
 /// on the PaymentIntent (which payment, for whom, under which client key). The load tests group
 /// the gateway's ledger by these to prove nothing was charged twice; reconciliation searches by
 /// `payonce_payment`.
-fn charge_with_key<'a>(payment: &'a Payment, client_key: &str, downstream_key: String) -> Charge<'a> {
+pub(crate) fn charge_with_key<'a>(payment: &'a Payment, client_key: &str, downstream_key: String) -> Charge<'a> {
     let mut metadata: HashMap<String, String> = match &payment.metadata {
         Value::Object(map) => map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect(),
         _ => HashMap::new(),
@@ -354,7 +377,7 @@ pub(super) async fn not_charged(
 
 /// The response every retry of this key will get from now on: the payment (201 once it
 /// succeeded, 202 while it is pending), or the 402 problem of its decline.
-fn final_response(payment: &Payment, decline: Option<&Decline>) -> StoredResponse {
+pub(crate) fn final_response(payment: &Payment, decline: Option<&Decline>) -> StoredResponse {
     let Some(decline) = decline else {
         let status =
             if payment.status == PaymentStatus::Succeeded { StatusCode::CREATED } else { StatusCode::ACCEPTED };

@@ -121,7 +121,7 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(field: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, detail: impl Into<String>) -> Self {
         Self { field: field.into(), detail: detail.into() }
     }
 }
@@ -167,30 +167,7 @@ impl CreatePayment {
         }
 
         let metadata = self.metadata.unwrap_or_default();
-        if metadata.len() > MAX_METADATA_KEYS {
-            errors.push(FieldError::new("metadata", format!("may hold at most {MAX_METADATA_KEYS} keys")));
-        }
-        for (key, value) in &metadata {
-            let field = format!("metadata.{key}");
-            if key.is_empty() || key.chars().count() > MAX_METADATA_KEY_LEN || key.contains(['[', ']']) {
-                errors.push(FieldError::new(
-                    field,
-                    format!("keys must be 1 to {MAX_METADATA_KEY_LEN} characters, without '[' or ']'"),
-                ));
-            } else if key.starts_with(RESERVED_METADATA_PREFIX) {
-                errors.push(FieldError::new(
-                    field,
-                    format!("keys starting with \"{RESERVED_METADATA_PREFIX}\" are reserved"),
-                ));
-            } else if value.chars().count() > MAX_METADATA_VALUE_LEN {
-                errors.push(FieldError::new(
-                    field,
-                    format!("values must be at most {MAX_METADATA_VALUE_LEN} characters"),
-                ));
-            } else if !can_store(key) || !can_store(value) {
-                errors.push(FieldError::new(field, NUL));
-            }
-        }
+        check_metadata(&metadata, MAX_METADATA_KEYS, &mut errors);
 
         if !errors.is_empty() {
             return Err(errors);
@@ -202,6 +179,32 @@ impl CreatePayment {
             description: self.description,
             metadata,
         })
+    }
+}
+
+/// Stripe's metadata limits, and payonce's reserved prefix, for a request that allows
+/// `max_keys` client keys (Stripe's 50 minus payonce's own). Each problem goes to `errors`.
+pub(crate) fn check_metadata(metadata: &BTreeMap<String, String>, max_keys: usize, errors: &mut Vec<FieldError>) {
+    if metadata.len() > max_keys {
+        errors.push(FieldError::new("metadata", format!("may hold at most {max_keys} keys")));
+    }
+    for (key, value) in metadata {
+        let field = format!("metadata.{key}");
+        if key.is_empty() || key.chars().count() > MAX_METADATA_KEY_LEN || key.contains(['[', ']']) {
+            errors.push(FieldError::new(
+                field,
+                format!("keys must be 1 to {MAX_METADATA_KEY_LEN} characters, without '[' or ']'"),
+            ));
+        } else if key.starts_with(RESERVED_METADATA_PREFIX) {
+            errors.push(FieldError::new(
+                field,
+                format!("keys starting with \"{RESERVED_METADATA_PREFIX}\" are reserved"),
+            ));
+        } else if value.chars().count() > MAX_METADATA_VALUE_LEN {
+            errors.push(FieldError::new(field, format!("values must be at most {MAX_METADATA_VALUE_LEN} characters")));
+        } else if !can_store(key) || !can_store(value) {
+            errors.push(FieldError::new(field, NUL));
+        }
     }
 }
 

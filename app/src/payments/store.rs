@@ -15,6 +15,7 @@ struct Row {
     id: Uuid,
     customer_id: Uuid,
     amount: i64,
+    amount_refunded: i64,
     currency: String,
     payment_method: String,
     description: Option<String>,
@@ -38,6 +39,7 @@ impl TryFrom<Row> for Payment {
             id: PaymentId(row.id),
             customer_id: row.customer_id,
             amount: row.amount,
+            amount_refunded: row.amount_refunded,
             currency: row.currency,
             payment_method: row.payment_method,
             description: row.description,
@@ -61,7 +63,7 @@ pub async fn find_by_key(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Pay
     sqlx::query_as!(
         Row,
         r#"
-        select id, customer_id, amount, currency, payment_method, description, metadata, status,
+        select id, customer_id, amount, amount_refunded, currency, payment_method, description, metadata, status,
                gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
         from payments
         where key_id = $1
@@ -79,7 +81,7 @@ pub async fn find(pool: &PgPool, customer_id: Uuid, id: PaymentId) -> sqlx::Resu
     sqlx::query_as!(
         Row,
         r#"
-        select id, customer_id, amount, currency, payment_method, description, metadata, status,
+        select id, customer_id, amount, amount_refunded, currency, payment_method, description, metadata, status,
                gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
         from payments
         where id = $1 and customer_id = $2
@@ -105,7 +107,7 @@ pub async fn list(
     let mut rows = sqlx::query_as!(
         Row,
         r#"
-        select id, customer_id, amount, currency, payment_method, description, metadata, status,
+        select id, customer_id, amount, amount_refunded, currency, payment_method, description, metadata, status,
                gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
         from payments
         where customer_id = $1 and ($2::uuid is null or id < $2)

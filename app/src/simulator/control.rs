@@ -9,7 +9,8 @@
 //! PUT  /_sim/faults     replace the Faults (JSON); 400 with a message if invalid
 //! GET  /_sim/settings   the current Settings (processing time, delivery policy)
 //! PUT  /_sim/settings   replace the Settings (JSON); 400 with a message if invalid
-//! POST /_sim/reset      forget everything: ledger, objects, events, saved results, faults, settings
+//! POST /_sim/reset      forget everything but webhook endpoints: ledger, objects, events, saved
+//!                       results, faults, settings
 //! POST /_sim/payment_intents/{id}/authenticate  {"outcome": "succeed"|"fail"}: the customer
 //!                       answers 3-D Secure
 //! POST /_sim/webhooks/release  {"order": "reverse"|"shuffle"|"fifo"}: send the held deliveries
@@ -85,12 +86,25 @@ impl Simulator {
         Ok(())
     }
 
-    /// Forgets everything: ledger, objects, events, saved results, claims, held deliveries,
-    /// faults and settings. Requests in flight are answered with a 500 and execute nothing;
-    /// timers and deliveries in flight stop (see `State::epoch`).
+    /// Forgets everything but the webhook endpoints: ledger, objects, events, saved results,
+    /// claims, held deliveries, faults and settings. Requests in flight are answered with a 500
+    /// and execute nothing; timers and deliveries in flight stop (see `State::epoch`).
+    ///
+    /// Webhook endpoints are configuration, not test data: a server registers its endpoint once,
+    /// at startup (`payonce serve`, `payonce stripe-sim --webhook-url`), and would miss every
+    /// later event if a reset (the dashboard's, a workshop's) dropped it.
     pub fn reset(&self) {
         let mut state = self.state();
+        let endpoints: Vec<_> = state
+            .accounts
+            .iter_mut()
+            .map(|(api_key, account)| (api_key.clone(), std::mem::take(&mut account.webhook_endpoints)))
+            .filter(|(_, endpoints)| !endpoints.is_empty())
+            .collect();
         *state = SimState { epoch: state.epoch + 1, ..SimState::default() };
+        for (api_key, endpoints) in endpoints {
+            state.account(&api_key).webhook_endpoints = endpoints;
+        }
     }
 }
 

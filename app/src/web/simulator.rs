@@ -101,6 +101,15 @@ impl SimulatorControl {
         Err(SimulatorError::Refused(message))
     }
 
+    /// Makes the simulator forget everything (`POST {base}_sim/reset`).
+    pub async fn reset(&self) -> Result<(), SimulatorError> {
+        let response = self.client.post(self.url("_sim/reset")?).send().await?;
+        if !response.status().is_success() {
+            return Err(SimulatorError::Refused(format!("the simulator answered {}", response.status())));
+        }
+        Ok(())
+    }
+
     /// Every successful charge in the simulator's ledger.
     pub async fn charges(&self) -> Result<Vec<Charge>, SimulatorError> {
         let response = self.client.get(self.url("_sim/charges")?).send().await?;

@@ -411,3 +411,324 @@ async fn keys_table_filters_and_pages() {
     assert!(get("/admin/keys?state=completed".into()).await.contains("28 keys match"));
     assert!(get("/admin/keys".into()).await.contains("29 keys match"));
 }
+
+/// GETs a dashboard page as `client`; its body.
+async fn page(app: &TestApp, client: &Client, path: &str) -> String {
+    let response = client.get(app.url(path)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{path}");
+    response.text().await.unwrap()
+}
+
+/// The id of a client key's row.
+async fn key_id(app: &TestApp, key: &str) -> Uuid {
+    sqlx::query_scalar("select id from idempotency_keys where key = $1").bind(key).fetch_one(&app.db).await.unwrap()
+}
+
+/// Expired keys can be found: an Expired filter (which once listed every key), a link on the
+/// Expired card (once the only card without one), search (which once found nothing), and a
+/// tombstone page that shows the client key, the customer and how the key ended (it once showed
+/// only a UUID).
+#[tokio::test]
+async fn expired_keys_can_be_found_and_keep_their_tombstone() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    for key in ["order-7", "order-8"] {
+        let response = app.post_payment(&api_key, Some(key), &payment(700)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let client = client();
+    let csrf = sign_in(&app, &client).await;
+    let id = key_id(&app, "order-7").await;
+    let message = act(&app, &client, &csrf, id, "expire", 1).await;
+    assert!(message.contains("Expired the key"), "{message}");
+
+    let expired = page(&app, &client, "/admin/keys?state=expired").await;
+    assert!(expired.contains("1 key match"), "only the expired key: {expired}");
+    assert!(expired.contains("order-7") && !expired.contains("order-8"), "{expired}");
+    assert!(expired.contains(r#"<option value="expired" selected>"#), "the filter shows what it filters by");
+    let completed = page(&app, &client, "/admin/keys?state=completed").await;
+    assert!(completed.contains("1 key match") && !completed.contains("order-7"), "{completed}");
+    let found = page(&app, &client, "/admin/keys?q=order-7").await;
+    assert!(
+        found.contains("1 key match") && found.contains(r#"<span class="badge expired">Expired</span>"#),
+        "{found}"
+    );
+    let overview = page(&app, &client, "/admin").await;
+    assert!(overview.contains(r#"href="/admin/keys?state=expired""#), "the Expired card links to its keys");
+
+    let tombstone = page(&app, &client, &format!("/admin/keys/{id}")).await;
+    for shown in ["order-7", "acme", "Completed", "HTTP 201", "operator:alice", "7.00 USD"] {
+        assert!(tombstone.contains(shown), "the tombstone shows {shown:?}:\n{tombstone}");
+    }
+}
+
+/// A customer who pays again with the same key after it expired (the operator's Expire, or the
+/// TTL) made a new payment on purpose: the audit lists it apart, and does not raise the red
+/// "charged more than once" alarm (which it once did).
+#[tokio::test]
+async fn paying_again_after_expiry_is_not_a_double_charge() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let client = client();
+    let csrf = sign_in(&app, &client).await;
+    let response = app.post_payment(&api_key, Some("order-7"), &payment(700)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = key_id(&app, "order-7").await;
+    assert!(act(&app, &client, &csrf, id, "expire", 1).await.contains("Expired the key"));
+    let again = app.post_payment(&api_key, Some("order-7"), &payment(700)).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert!(again.headers().get("idempotent-replayed").is_none(), "a new payment");
+    assert_eq!(app.charges_for("order-7").await.len(), 2);
+
+    let audit = page(&app, &client, "/admin/gateway").await;
+    assert!(!audit.contains("charged more than once"), "{audit}");
+    assert!(audit.contains("No double charges."), "{audit}");
+    assert!(audit.contains("Paid again after the key expired (1)") && audit.contains("order-7"), "{audit}");
+}
+
+/// The timeline records the Retry-After the client was sent: a live lease of 60 s with a gateway
+/// timeout of 10 s tells the client 10 (the timeline once said 60).
+#[tokio::test]
+async fn the_timeline_records_the_retry_after_sent() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    let key = new_key();
+    app.set_faults(serde_json::json!({"latency_ms": 1500})).await;
+    let first = tokio::spawn(app.post_payment(&api_key, Some(&key), &payment(100)).send());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let second = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
+    assert_eq!(second.status(), StatusCode::CONFLICT);
+    let sent = second.headers()["retry-after"].to_str().unwrap().to_owned();
+    assert_eq!(sent, "10", "the gateway timeout, sooner than the lease's 60 s");
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let recorded: Vec<i64> = sqlx::query_scalar(
+        "select (e.detail->>'retry_after')::int8 from idempotency_events e join idempotency_keys k on k.id = e.key_id
+         where k.key = $1 and e.kind = 'conflict'",
+    )
+    .bind(&key)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(recorded, [10], "the conflict event says what the client was told");
+}
+
+/// A declined payment's key is final, but not a success: "Completed · declined", never a plain
+/// green "Completed".
+#[tokio::test]
+async fn a_declined_key_says_declined() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let body = serde_json::json!({"amount": 100, "currency": "usd", "payment_method": "pm_card_chargeDeclined"});
+    let response = app.post_payment(&api_key, Some("declined-1"), &body).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+    let client = client();
+    sign_in(&app, &client).await;
+    let badge = r#"<span class="badge completed declined">Completed · declined</span>"#;
+    assert!(page(&app, &client, "/admin/keys").await.contains(badge));
+    let id = key_id(&app, "declined-1").await;
+    assert!(page(&app, &client, &format!("/admin/keys/{id}")).await.contains(badge));
+}
+
+/// A stuck key says why: how its holder let go, its attempts against the budget, when it may be
+/// taken next, and how long ago its holder was last heard of.
+#[tokio::test]
+async fn a_stuck_key_says_why() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let engine = crashing_engine(&app, Duration::from_millis(200));
+    let lease = claim_and_crash(&app, &engine, &api_key, "stuck-1", payment(300), "http:gone:1").await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let client = client();
+    sign_in(&app, &client).await;
+    let key_page = page(&app, &client, &format!("/admin/keys/{}", lease.key_id)).await;
+    for said in ["Stuck because its holder stopped without a word", "attempts 1/12", "next attempt", "Last heartbeat"] {
+        assert!(key_page.contains(said), "{said:?}:\n{key_page}");
+    }
+    let table = page(&app, &client, "/admin/keys?state=stuck").await;
+    assert!(table.contains("Stuck because its holder stopped without a word"), "{table}");
+
+    // Its holder gives it back instead: the reason is the one it gave.
+    sqlx::query(
+        "insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+         select id, customer_id, 'released', lease_token, '{\"reason\": \"gateway_unknown\"}' from idempotency_keys
+         where id = $1",
+    )
+    .bind(lease.key_id)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let key_page = page(&app, &client, &format!("/admin/keys/{}", lease.key_id)).await;
+    assert!(key_page.contains("its holder gave it back (gateway_unknown)"), "{key_page}");
+}
+
+/// A live lease whose holder stopped heartbeating (killed while its 300 s lease runs) is not shown
+/// as "live, 100 s left" but as a silent holder, with when it will be taken over.
+#[tokio::test]
+async fn a_silent_holder_is_not_called_live() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let engine = crashing_engine(&app, Duration::from_secs(300));
+    let lease = claim_and_crash(&app, &engine, &api_key, "silent-1", payment(300), "http:killed:9").await;
+    // Killed 200 s ago: a holder heartbeats every third of its lease (300 s: every 100 s).
+    sqlx::query(
+        "update idempotency_keys set updated_at = now() - interval '200 seconds',
+                locked_until = now() + interval '100 seconds' where id = $1",
+    )
+    .bind(lease.key_id)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let client = client();
+    sign_in(&app, &client).await;
+    for path in [format!("/admin/keys/{}", lease.key_id), "/admin/keys".to_owned()] {
+        let body = page(&app, &client, &path).await;
+        assert!(
+            body.contains("In flight · holder silent")
+                && body.contains("holder silent for 200 s (it heartbeats every 100 s)"),
+            "{body}"
+        );
+        assert!(!body.contains("live, "), "never called live: {body}");
+    }
+}
+
+/// A browser that meets no route gets an HTML page; the API's paths, and clients that do not ask
+/// for HTML, keep the problem document.
+#[tokio::test]
+async fn not_found_is_a_page_for_browsers_and_a_problem_for_the_api() {
+    let app = TestApp::spawn().await;
+    let html = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+    let page = Client::new().get(app.url("/no-such-page")).header("accept", html).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::NOT_FOUND);
+    assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(page.headers()["content-security-policy"].to_str().unwrap().contains("default-src 'self'"));
+    assert!(page.text().await.unwrap().contains("There is nothing at this address."));
+    for (path, accept) in [("/v1/no-such-thing", html), ("/no-such-page", "application/json"), ("/no-such-page", "*/*")]
+    {
+        let response = Client::new().get(app.url(path)).header("accept", accept).send().await.unwrap();
+        crate::helpers::assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+    }
+}
+
+/// A session that ran out (on the projector) does not land on a bare login page: it says the
+/// session expired, and signing in returns to the page asked for.
+#[tokio::test]
+async fn an_expired_session_says_so_and_keeps_next() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let client = client();
+    sign_in(&app, &client).await;
+    sqlx::query("delete from tower_sessions.session").execute(&app.db).await.unwrap();
+    let response = client.get(app.url("/admin/keys?state=stuck")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(location(&response), "/admin/login?next=%2Fadmin%2Fkeys%3Fstate%3Dstuck&expired=1");
+    let login = page(&app, &client, location(&response)).await;
+    assert!(login.contains("Your session expired after 30 minutes without use"), "{login}");
+    assert_eq!(field(&login, "next"), "/admin/keys?state=stuck");
+    // A first visit, with no session cookie at all, is not told anything expired.
+    let fresh = self::client().get(app.url("/admin/keys")).send().await.unwrap();
+    assert_eq!(location(&fresh), "/admin/login?next=%2Fadmin%2Fkeys");
+}
+
+/// The session's expiry in the store, for the session of `client` (the only one).
+async fn session_expiry(app: &TestApp) -> time::OffsetDateTime {
+    sqlx::query_scalar("select expiry_date from tower_sessions.session").fetch_one(&app.db).await.unwrap()
+}
+
+/// In workshop mode the dashboard's live refresh keeps the operator signed in; otherwise it does
+/// not (a dashboard left open signs out after the idle time).
+#[tokio::test]
+async fn workshop_mode_keeps_the_projector_signed_in() {
+    for workshop in [false, true] {
+        let web = payonce::config::WebConfig { workshop, ..Default::default() };
+        let app = TestApp::spawn_with(crate::helpers::Options { web, ..Default::default() }).await;
+        create_admin(&app).await;
+        let client = client();
+        sign_in(&app, &client).await;
+        let before = session_expiry(&app).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let live = client.get(app.url("/admin/keys")).header("HX-Request", "true").send().await.unwrap();
+        assert_eq!(live.status(), StatusCode::OK);
+        let after = session_expiry(&app).await;
+        assert_eq!(after > before, workshop, "workshop {workshop}: {before} → {after}");
+    }
+}
+
+/// The workshop's reset (workshop mode only) empties the simulator's ledger and deletes every key
+/// and payment; customers stay. Without workshop mode there is no such action.
+#[tokio::test]
+async fn workshop_reset_starts_over() {
+    let web = payonce::config::WebConfig { workshop: true, ..Default::default() };
+    let app = TestApp::spawn_with(crate::helpers::Options { web, ..Default::default() }).await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let response = app.post_payment(&api_key, Some("order-1"), &payment(100)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let client = client();
+    let csrf = sign_in(&app, &client).await;
+    assert!(page(&app, &client, "/admin/gateway").await.contains("Workshop reset"));
+    let reset = client.post(app.url("/admin/gateway/reset")).form(&[("csrf", csrf.as_str())]).send().await.unwrap();
+    assert_eq!(reset.status(), StatusCode::SEE_OTHER);
+    let after = page(&app, &client, "/admin/gateway").await;
+    assert!(after.contains("Reset: the simulator&#39;s ledger is empty"), "{after}");
+    assert!(app.charges().await.is_empty());
+    for table in ["idempotency_keys", "payments", "idempotency_events"] {
+        assert_eq!(app.count(table).await, 0, "{table}");
+    }
+    assert_eq!(app.count("customers").await, 1);
+    let again = app.post_payment(&api_key, Some("order-1"), &payment(100)).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED, "the same key is a new payment");
+    assert!(again.headers().get("idempotent-replayed").is_none());
+
+    let plain = TestApp::spawn().await;
+    create_admin(&plain).await;
+    let client = self::client();
+    let csrf = sign_in(&plain, &client).await;
+    assert!(!page(&plain, &client, "/admin/gateway").await.contains("Workshop reset"));
+    let refused = client.post(plain.url("/admin/gateway/reset")).form(&[("csrf", csrf.as_str())]).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::NOT_FOUND);
+}
+
+/// `payonce serve --admin-only` serves the dashboard and the health checks without the payments
+/// API or a sweeper, on the same database as the servers it watches.
+#[tokio::test]
+async fn an_admin_only_server_serves_the_dashboard_alone() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let dashboard =
+        crate::helpers::ServerProcess::start(&app.database.url, &app.sim_url, &[("PAYONCE_ADMIN_ONLY", "true")]).await;
+    let response = Client::new()
+        .post(dashboard.url("/v1/payments"))
+        .bearer_auth(&api_key)
+        .header("Idempotency-Key", "order-1")
+        .json(&payment(100))
+        .send()
+        .await
+        .unwrap();
+    crate::helpers::assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+    let client = client();
+    let csrf = csrf_of(client.get(dashboard.url("/admin/login")).send().await.unwrap()).await;
+    let login = client
+        .post(dashboard.url("/admin/login"))
+        .form(&[("csrf", csrf.as_str()), ("name", ADMIN), ("password", PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let paid = app.post_payment(&api_key, Some("order-1"), &payment(100)).send().await.unwrap();
+    assert_eq!(paid.status(), StatusCode::CREATED);
+    let keys = client.get(dashboard.url("/admin/keys")).send().await.unwrap().text().await.unwrap();
+    assert!(keys.contains("order-1"), "the other server's key: {keys}");
+    let gateway = client.get(dashboard.url("/admin/gateway")).send().await.unwrap().text().await.unwrap();
+    assert!(gateway.contains("1 charge in the simulator"), "it audits the servers' simulator: {gateway}");
+    // It stops when told to (it once waited forever for an event log nobody writes to).
+    let mut dashboard = dashboard;
+    let status = dashboard.terminate(Duration::from_secs(10)).await.expect("stopped within 10 s of SIGTERM");
+    assert!(status.success(), "{status}");
+}

@@ -263,3 +263,173 @@ async fn double_click_on_pay_charges_once() {
     browser.screenshot("admin-gateway").await;
     browser.close().await;
 }
+
+/// Runs a script in the page and returns its value.
+async fn eval(browser: &Browser, script: &str) -> Value {
+    browser.client.execute(script, vec![]).await.unwrap_or_else(|err| panic!("{script}: {err}"))
+}
+
+/// Waits until the live refresh has replaced the element with this id (the old node is marked,
+/// the new one is not).
+async fn wait_for_refresh(browser: &Browser, id: &str) {
+    eval(browser, &format!("document.getElementById('{id}').dataset.old = '1'; return true")).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let script = format!("var e = document.getElementById('{id}'); return !!e && !e.dataset.old");
+        if eval(browser, &script).await == Value::Bool(true) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "#{id} was never refreshed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The 2-second live refresh keeps what a person is doing: the keyboard focus stays on the link
+/// or disclosure it was on, an open disclosure stays open (both were once lost at every refresh),
+/// and a change is said in a polite live region.
+#[tokio::test]
+async fn live_refresh_keeps_focus_and_open_disclosures() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    let key = new_key();
+    let response = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let key_id: Uuid = sqlx::query_scalar("select id from idempotency_keys where key = $1")
+        .bind(&key)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let browser = Browser::start().await;
+    browser.goto(&app.url("/admin/keys")).await;
+    sign_in(&browser).await;
+    browser.wait_for_text(&key).await;
+
+    // Focus on a key's link in the table: still there after a refresh.
+    eval(&browser, &format!("document.getElementById('key-{key_id}').focus(); return true")).await;
+    wait_for_refresh(&browser, "keys-live").await;
+    let focused = eval(&browser, "return document.activeElement && document.activeElement.id").await;
+    assert_eq!(focused, json!(format!("key-{key_id}")), "the focus survived the refresh");
+    let region = browser.find("#live-status[aria-live=polite]").await;
+    let fresh = new_key();
+    let response = app.post_payment(&api_key, Some(&fresh), &payment(200)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    browser.wait_for_text(&fresh).await;
+    wait_for_refresh(&browser, "keys-live").await;
+    assert_eq!(region.text().await.unwrap(), "2 keys match", "the change is announced");
+
+    // An open disclosure on the key's page, with the focus on it: both survive a refresh.
+    browser.goto(&app.url(&format!("/admin/keys/{key_id}"))).await;
+    browser.wait_for_text("Stored response").await;
+    browser.click("#stored-request-summary").await;
+    eval(&browser, "document.getElementById('stored-request-summary').focus(); return true").await;
+    assert_eq!(eval(&browser, "return document.getElementById('stored-request').open").await, json!(true));
+    wait_for_refresh(&browser, "key-live").await;
+    wait_for_refresh(&browser, "key-live").await;
+    assert_eq!(eval(&browser, "return document.getElementById('stored-request').open").await, json!(true));
+    let focused = eval(&browser, "return document.activeElement && document.activeElement.id").await;
+    assert_eq!(focused, json!("stored-request-summary"));
+    browser.close().await;
+}
+
+/// How much wider than its window the page lays out (0: nothing scrolls sideways); the elements
+/// that stick out are printed, to say what to fix.
+async fn overflow(browser: &Browser) -> i64 {
+    let width =
+        eval(browser, "return document.documentElement.scrollWidth - document.documentElement.clientWidth").await;
+    let culprits = eval(
+        browser,
+        "return Array.from(document.querySelectorAll('body *')).filter(function (e) { \
+           return e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5; }).slice(0, 8).map(function (e) { \
+           return e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right); })",
+    )
+    .await;
+    if width.as_i64() != Some(0) {
+        eprintln!("wider than the window: {culprits}");
+    }
+    width.as_i64().unwrap()
+}
+
+/// The shop on a 390 px phone: no page is wider than the screen (the checkout once laid out at
+/// 859 px), from signing in to the receipt.
+#[tokio::test]
+async fn the_shop_fits_a_phone() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    let browser = Browser::start().await;
+    browser.phone().await;
+    browser.goto(&app.url("/")).await;
+    browser.wait_for_text("Sign in to the demo shop").await;
+    assert_eq!(overflow(&browser).await, 0, "sign-in");
+    browser.fill("api_key", &api_key).await;
+    browser.click("form.stacked button[type=submit]").await;
+    browser.wait_for_text("Hello, acme").await;
+    assert_eq!(overflow(&browser).await, 0, "catalogue");
+    browser.screenshot_phone("shop-phone-home").await;
+    browser.click("#buy-mug").await;
+    browser.wait_for_text("Exactly-once mug").await;
+    assert_eq!(overflow(&browser).await, 0, "checkout");
+    browser.screenshot_phone("shop-phone-checkout").await;
+    browser.click("#pay").await;
+    browser.wait_for_path("/shop/receipts/").await;
+    browser.wait_for_text("Payment received").await;
+    assert_eq!(overflow(&browser).await, 0, "receipt");
+    browser.close().await;
+}
+
+/// Every state the dashboard tells apart, seen by an operator: completed, declined, stuck (saying
+/// why), expired (its tombstone, found by the Expired card) and paid again after expiry (apart
+/// from double charges in the audit). The screenshots are docs/images/ (`docs/images/update.sh`).
+#[tokio::test]
+async fn the_fixed_pages_as_an_operator_sees_them() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let api_key = app.customer("acme").await;
+    for key in ["order-1", "order-2", "order-7"] {
+        let response = app.post_payment(&api_key, Some(key), &payment(1000)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let declined = json!({"amount": 1500, "currency": "usd", "payment_method": "pm_card_chargeDeclined"});
+    let response = app.post_payment(&api_key, Some("order-3"), &declined).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+    let engine = crashing_engine(&app, Duration::from_secs(1));
+    let stuck = claim_and_crash(&app, &engine, &api_key, "order-4", payment(4200), "http:crashed-host:4242").await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+
+    let browser = Browser::start().await;
+    browser.goto(&app.url("/admin/keys?q=order-7")).await;
+    sign_in(&browser).await;
+    browser.wait_for_text("1 key match").await;
+    browser.click("a[href^='/admin/keys/']").await;
+    browser.click("#expire-summary").await;
+    browser.click("#expire").await;
+    browser.wait_for_text("Expired the key").await;
+    let again = app.post_payment(&api_key, Some("order-7"), &payment(1000)).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+
+    browser.goto(&app.url("/admin")).await;
+    browser.wait_for_text("Keys by state").await;
+    assert_eq!(browser.find("#count-expired .num").await.text().await.unwrap(), "1");
+    browser.screenshot("dashboard-overview").await;
+    browser.click("#count-expired").await;
+    browser.wait_for_path("/admin/keys?state=expired").await;
+    browser.wait_for_text("1 key match").await;
+    browser.click("a[href^='/admin/keys/']").await;
+    browser.wait_for_text("What it was").await;
+    browser.wait_for_text("operator:alice").await;
+    browser.screenshot("dashboard-key-expired").await;
+
+    browser.goto(&app.url("/admin/keys")).await;
+    browser.wait_for_text("Completed · declined").await;
+    browser.wait_for_text("Stuck because its holder stopped without a word").await;
+    browser.screenshot("dashboard-keys").await;
+    browser.goto(&app.url(&format!("/admin/keys/{}", stuck.key_id))).await;
+    browser.wait_for_text("attempts 1/12").await;
+    browser.screenshot("dashboard-key-stuck").await;
+
+    browser.goto(&app.url("/admin/gateway")).await;
+    browser.wait_for_text("No double charges.").await;
+    browser.wait_for_text("Paid again after the key expired (1)").await;
+    browser.screenshot("dashboard-gateway-audit").await;
+    browser.close().await;
+}

@@ -22,6 +22,9 @@ const WAIT: Duration = Duration::from_secs(15);
 /// The window: a laptop screen, as on a projector.
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 900;
+/// A phone's screen, in CSS pixels.
+const PHONE_WIDTH: u32 = 390;
+const PHONE_HEIGHT: u32 = 844;
 /// What the window has around the page (headless: the difference is fixed).
 const CHROME_HEIGHT: u32 = 140;
 
@@ -159,6 +162,21 @@ impl Browser {
         self.client.set_window_size(WIDTH, height + CHROME_HEIGHT).await.expect("stretch the window");
         let png = self.client.screenshot().await.expect("a screenshot");
         self.client.set_window_size(WIDTH, HEIGHT).await.expect("restore the window");
+        let dir = artifacts_dir();
+        std::fs::create_dir_all(&dir).expect("create target/browser-artifacts");
+        std::fs::write(dir.join(format!("{name}.png")), png).expect("write the screenshot");
+    }
+
+    /// Makes the window a phone's: 390 × 844 CSS pixels of page, as an iPhone 12–15 shows.
+    pub async fn phone(&self) {
+        self.client.set_window_size(PHONE_WIDTH, PHONE_HEIGHT + CHROME_HEIGHT).await.expect("size the window");
+        let inner = self.client.execute("return window.innerWidth", vec![]).await.expect("the page's width");
+        assert_eq!(inner.as_u64(), Some(u64::from(PHONE_WIDTH)), "a window of a phone's width");
+    }
+
+    /// [`Self::screenshot`] at a phone's width.
+    pub async fn screenshot_phone(&self, name: &str) {
+        let png = self.client.screenshot().await.expect("a screenshot");
         let dir = artifacts_dir();
         std::fs::create_dir_all(&dir).expect("create target/browser-artifacts");
         std::fs::write(dir.join(format!("{name}.png")), png).expect("write the screenshot");

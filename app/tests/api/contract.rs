@@ -316,7 +316,15 @@ async fn payments_can_be_read_and_listed() {
 async fn probes_and_unknown_routes() {
     let app = TestApp::spawn().await;
     let (status, _, body) = parts(app.client.get(app.url("/healthz")).send().await.unwrap()).await;
-    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
+    assert_eq!(status, StatusCode::OK);
+    // The claim strategy, said loudly (the lab's other strategies must never pass unnoticed), and
+    // the pool's use, which the lab's benchmark samples.
+    assert_eq!(
+        (&body["status"], &body["claim_strategy"], &body["lab"]),
+        (&json!("ok"), &json!("on-conflict"), &json!(false)),
+        "{body}"
+    );
+    assert!(["size", "idle", "max"].iter().all(|field| body["pool"][field].is_u64()), "{body}");
     let (status, _, body) = parts(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"status": "ready"})));
     let response = app.client.get(app.url("/nowhere")).send().await.unwrap();

@@ -369,6 +369,20 @@ impl ServerProcess {
         assert_eq!(found, Ok(true), "payonce never wrote {needle:?}");
     }
 
+    /// SIGTERM, as `docker stop` or a service manager sends it; the process's exit status once it
+    /// has stopped, or `None` if it is still running after `deadline`.
+    pub async fn terminate(&mut self, deadline: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let started = Instant::now();
+        while started.elapsed() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
     /// `kill -9`: no shutdown, no cleanup, exactly like a crash.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -408,6 +422,10 @@ pub struct Options {
     pub webhook_secret: Option<String>,
     /// The secret key payonce gives the gateway (the simulator accepts any `sk_…`).
     pub stripe_secret_key: &'static str,
+    /// The HTML side's settings (idle sign-out, workshop mode).
+    pub web: payonce::config::WebConfig,
+    /// The claim strategy and lab mode.
+    pub lab: payonce::lab::LabSettings,
 }
 
 /// The budget with production's `max_attempts` and no waiting between attempts.
@@ -429,6 +447,8 @@ impl Default for Options {
             horizon: Horizon::default(),
             webhook_secret: None,
             stripe_secret_key: SIM_SECRET_KEY,
+            web: Default::default(),
+            lab: Default::default(),
         }
     }
 }
@@ -478,6 +498,7 @@ impl TestApp {
                 key_ttl: options.key_ttl,
                 budget: options.budget,
                 horizon: options.horizon,
+                gateway_timeout: options.gateway_timeout,
             },
             gateway: GatewayConfig {
                 stripe: sim.as_ref().map(|sim| StripeConfig {
@@ -490,8 +511,10 @@ impl TestApp {
             },
             sweeper: options.sweeper,
             bench_routes: options.bench_routes,
-            web: Default::default(),
+            web: options.web,
+            admin_only: false,
             http: Default::default(),
+            lab: options.lab,
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();

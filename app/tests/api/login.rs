@@ -40,33 +40,39 @@ async fn burst(app_url: &str, attempts: Vec<(Client, String, String, String)>) -
     statuses
 }
 
-/// 30 simultaneous guesses for one name from one address, the right password last: at most the
-/// limit (5) are verified, the others are refused (429) before their password is looked at, so
-/// the right one cannot slip in behind the wrong ones.
+/// 30 simultaneous wrong guesses for one name from one address: at most the limit (5) are
+/// verified, the others are refused (429) before their password is looked at; and the right
+/// password, sent right after the burst, is refused too, unchecked.
+///
+/// (Not the right password *inside* the burst: the order in which simultaneous requests reach
+/// the limit is the scheduler's, and when the right one happens to be among the first five, the
+/// sign-in clears the name's failures, as it should, and the guesses still waiting are checked.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burst_of_guesses_verifies_at_most_the_limit() {
     let app = TestApp::spawn().await;
     create_admin(&app).await;
     let client = browser_client();
     let csrf = login_form(&app.url(""), &client).await;
-    let attempts = (0..30)
-        .map(|i| {
-            let password = if i == 29 { PASSWORD.to_owned() } else { format!("wrong-password-{i}") };
-            (client.clone(), csrf.clone(), ADMIN.to_owned(), password)
-        })
-        .collect();
+    let attempts =
+        (0..30).map(|i| (client.clone(), csrf.clone(), ADMIN.to_owned(), format!("wrong-password-{i}"))).collect();
     let statuses = burst(&app.url(""), attempts).await;
     let verified = statuses.iter().filter(|s| **s != StatusCode::TOO_MANY_REQUESTS).count();
     assert!(verified <= 5, "at most 5 passwords checked, {verified} were: {statuses:?}");
     assert!(
-        statuses
-            .iter()
-            .all(|s| matches!(*s, StatusCode::UNAUTHORIZED | StatusCode::SEE_OTHER | StatusCode::TOO_MANY_REQUESTS)),
+        statuses.iter().all(|s| matches!(*s, StatusCode::UNAUTHORIZED | StatusCode::TOO_MANY_REQUESTS)),
         "{statuses:?}"
     );
     let failures: i64 =
         sqlx::query_scalar("select count(*) from admin_login_failures").fetch_one(&app.db).await.unwrap();
-    assert!(failures <= 5, "{failures} failures recorded");
+    assert_eq!(failures, verified as i64, "each wrong password checked is one failure recorded");
+
+    // Five failures block the name; fewer happen only when checks were busy for over 5 s on a
+    // loaded machine (those attempts are answered 429 unchecked and not counted).
+    if failures == 5 {
+        let right = (client.clone(), csrf.clone(), ADMIN.to_owned(), PASSWORD.to_owned());
+        let right = burst(&app.url(""), vec![right]).await;
+        assert_eq!(right, [StatusCode::TOO_MANY_REQUESTS], "the right password behind the burst must not be checked");
+    }
 }
 
 /// 100 simultaneous logins for 100 names from one address: at most the per-address limit (20)

@@ -3,6 +3,7 @@
 //! One test binary (one link step); one module per area of the contract.
 
 mod admin;
+mod batch;
 mod browser;
 mod budget;
 mod chromium;
@@ -14,12 +15,14 @@ mod database;
 mod helpers;
 mod input;
 mod keys;
+mod lab;
 mod login;
 mod openapi;
 mod outage;
 mod pending;
 mod reconcile;
 mod recovery;
+mod refunds;
 mod refusals;
 mod scoping;
 mod shop;

@@ -409,6 +409,89 @@ async fn real_responses_match_the_description() {
     refused(&e, StatusCode::BAD_GATEWAY, "payment-abandoned");
     app.set_faults(json!({})).await;
 
+    // Refunds: created, replayed, read, listed; the client's mistakes; more than remains and a
+    // payment not succeeded (409); the gateway refusing (502 refund-rejected); the gateway down
+    // (503), then the key given up once the gateway confirms no refund (502 refund-abandoned).
+    let refund = |key: Option<&str>, body: &Value| {
+        let request = api(&app, reqwest::Method::POST, "/v1/refunds", &api_key).json(body);
+        match key {
+            Some(key) => request.header("Idempotency-Key", key.to_owned()),
+            None => request,
+        }
+    };
+    let refund_key = new_key();
+    let body = json!({"payment": id, "amount": 200, "reason": "requested_by_customer"});
+    let made = spec.check("post", "/v1/refunds", refund(Some(&refund_key), &body)).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.json());
+    let replay = spec.check("post", "/v1/refunds", refund(Some(&refund_key), &body)).await;
+    assert_eq!(
+        (replay.status, replay.headers.get("idempotent-replayed").map(|v| v.to_str().unwrap())),
+        (StatusCode::CREATED, Some("true"))
+    );
+    let refund_id = made.json()["id"].as_str().unwrap().to_owned();
+    let shown = spec
+        .check("get", "/v1/refunds/{id}", api(&app, get.clone(), &format!("/v1/refunds/{refund_id}"), &api_key))
+        .await;
+    assert_eq!(shown.status, StatusCode::OK);
+    let listed =
+        spec.check("get", "/v1/refunds", api(&app, get.clone(), &format!("/v1/refunds?payment={id}"), &api_key)).await;
+    assert_eq!(listed.json()["data"][0]["id"], refund_id.as_str());
+    let page = format!("/v1/refunds?limit=1&starting_after={refund_id}");
+    assert_eq!(spec.check("get", "/v1/refunds", api(&app, get.clone(), &page, &api_key)).await.status, StatusCode::OK);
+    let e = spec.check("get", "/v1/refunds/{id}", api(&app, get.clone(), "/v1/refunds/re_nope", &api_key)).await;
+    refused(&e, StatusCode::NOT_FOUND, "not-found");
+    let e = spec.check("get", "/v1/refunds", api(&app, get.clone(), "/v1/refunds?payment=nope", &api_key)).await;
+    refused(&e, StatusCode::BAD_REQUEST, "invalid-request");
+    let e = spec.check("post", "/v1/refunds", refund(None, &body)).await;
+    refused(&e, StatusCode::BAD_REQUEST, "idempotency-key-missing");
+    let e =
+        spec.check("post", "/v1/refunds", refund(Some(&new_key()), &json!({"payment": id, "amount": 10_000}))).await;
+    refused(&e, StatusCode::CONFLICT, "refund-exceeds-payment");
+    let pending = spec
+        .check(
+            "post",
+            "/v1/payments",
+            post(&app, &api_key, Some(&new_key())).json(&paying_with("pm_usBankAccount_success")),
+        )
+        .await;
+    assert_eq!(pending.status, StatusCode::ACCEPTED);
+    let pending = pending.json()["id"].as_str().unwrap().to_owned();
+    let e = spec.check("post", "/v1/refunds", refund(Some(&new_key()), &json!({"payment": pending}))).await;
+    refused(&e, StatusCode::CONFLICT, "payment-not-refundable");
+    // Refunded outside payonce (as in Stripe's Dashboard): the gateway will not refund it again.
+    let outside = spec.check("post", "/v1/payments", post(&app, &api_key, Some(&new_key())).json(&payment(300))).await;
+    assert_eq!(outside.status, StatusCode::CREATED);
+    let outside_intent = outside.json()["payment_intent"].as_str().unwrap().to_owned();
+    let direct = app
+        .client
+        .post(format!("{}v1/refunds", app.sim_url))
+        .bearer_auth(crate::helpers::SIM_SECRET_KEY)
+        .form(&[("payment_intent", outside_intent.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert!(direct.status().is_success(), "{:?}", direct.text().await);
+    let outside = outside.json()["id"].as_str().unwrap().to_owned();
+    let rejected_key = new_key();
+    for _ in 0..2 {
+        let e = spec.check("post", "/v1/refunds", refund(Some(&rejected_key), &json!({"payment": outside}))).await;
+        refused(&e, StatusCode::BAD_GATEWAY, "refund-rejected");
+    }
+    app.set_faults(json!({"fail_rate": 1.0, "operations": ["create_refund"]})).await;
+    let key = new_key();
+    let body = json!({"payment": id, "amount": 100});
+    let e = spec.check("post", "/v1/refunds", refund(Some(&key), &body)).await;
+    refused(&e, StatusCode::SERVICE_UNAVAILABLE, "gateway-unavailable");
+    let started = std::time::Instant::now();
+    while app.database.key_state(&key).await.unwrap().0 == "processing" {
+        assert!(started.elapsed() < Duration::from_secs(15), "the refund key was never given up");
+        sweeper.sweep().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let e = spec.check("post", "/v1/refunds", refund(Some(&key), &body)).await;
+    refused(&e, StatusCode::BAD_GATEWAY, "refund-abandoned");
+    app.set_faults(json!({})).await;
+
     // The database too slow (503): a lock held past the lock timeout.
     let mut lock = app.db.begin().await.unwrap();
     sqlx::query("lock table idempotency_keys in access exclusive mode").execute(&mut *lock).await.unwrap();
@@ -478,6 +561,54 @@ async fn real_responses_match_the_description() {
         )
         .await;
     refused(&e, StatusCode::SERVICE_UNAVAILABLE, "webhooks-not-configured");
+
+    // A server whose claim strategy is the lab's redis, and Redis gone once it runs (503
+    // lock-service-unavailable): it reaches Redis through a relay that is then cut. Its /healthz
+    // carries the lab strategy's warning.
+    let relay = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    let links = Arc::new(std::sync::Mutex::new(Vec::<tokio::task::AbortHandle>::new()));
+    let relaying = {
+        let links = links.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = relay.accept().await {
+                let link = tokio::spawn(async move {
+                    if let Ok(mut redis) = tokio::net::TcpStream::connect("127.0.0.1:6379").await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut redis).await;
+                    }
+                });
+                links.lock().unwrap().push(link.abort_handle());
+            }
+        })
+    };
+    let lockless = TestApp::spawn_with(Options {
+        lab: payonce::lab::LabSettings {
+            strategy: payonce::lab::Strategy::Redis,
+            redis_url: format!("redis://{relay_addr}"),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let health = spec.check("get", "/healthz", lockless.client.get(lockless.url("/healthz"))).await;
+    assert!(health.json()["warning"].is_string(), "{}", health.json());
+    let other_key = lockless.customer("acme").await;
+    relaying.abort();
+    let _ = relaying.await;
+    for link in links.lock().unwrap().drain(..) {
+        link.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut e =
+        spec.check("post", "/v1/payments", post(&lockless, &other_key, Some(&new_key())).json(&payment(100))).await;
+    // The first command may only find the connection broken; the next finds nothing to reconnect to.
+    for _ in 0..5 {
+        if e.problem_slug().as_deref() == Some("lock-service-unavailable") {
+            break;
+        }
+        e = spec.check("post", "/v1/payments", post(&lockless, &other_key, Some(&new_key())).json(&payment(100))).await;
+    }
+    refused(&e, StatusCode::SERVICE_UNAVAILABLE, "lock-service-unavailable");
 
     // Every operation exercised, every problem type seen: but `internal`, which no request can
     // produce, and `method-not-allowed`, which is the answer to a method no operation has (see
@@ -550,6 +681,8 @@ async fn every_route_is_described_and_served() {
         web: payonce::web::WebState::new(Default::default(), gateway.base_url()),
         gateway,
         webhook_secret: None,
+        // Not in lab mode: the lab's routes are not served, nor described (http::openapi).
+        lab: Arc::new(payonce::lab::Lab::new(Default::default())),
     };
     let router = payonce::http::router(state, false);
     let (_, openapi) = payonce::http::api().split_for_parts();

@@ -6,7 +6,8 @@
 //! `Retry-After` when the server sent one (409 in flight, 503 gateway unavailable), plus an
 //! exponential backoff with full jitter, so that clients that failed together do not come back
 //! together. Allowed answers: 201 (fresh or replayed, with the payment), 409 and 503 with
-//! `Retry-After`, and client timeouts.
+//! `Retry-After`, and client timeouts; with `--retry-transport-errors` (a run that kills servers
+//! on purpose) also a refused or reset connection, retried like a 503.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +43,7 @@ pub async fn worker(run: Arc<Run>, worker: u32) {
                     Verdict::Unexpected("without a Retry-After of at least 1 s")
                 }
                 Answer::Timeout => Verdict::Expected,
+                Answer::Transport(_) if run.settings.retry_transport_errors => Verdict::Expected,
                 _ => Verdict::Unexpected("not a 201, 409, 503 or client timeout"),
             };
             run.record(&key, &reply, verdict);
@@ -49,7 +51,8 @@ pub async fn worker(run: Arc<Run>, worker: u32) {
                 break true;
             }
             let retryable =
-                matches!(reply.answer, Answer::InFlight { .. } | Answer::Unavailable { .. } | Answer::Timeout);
+                matches!(reply.answer, Answer::InFlight { .. } | Answer::Unavailable { .. } | Answer::Timeout)
+                    || (run.settings.retry_transport_errors && matches!(reply.answer, Answer::Transport(_)));
             if !retryable || attempt >= run.settings.max_attempts {
                 break false;
             }

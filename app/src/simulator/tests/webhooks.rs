@@ -97,6 +97,34 @@ async fn deliveries_are_signed_as_stripe_signs_them() {
     assert_eq!(settled.pending_webhooks, 0, "every endpoint answered 2xx");
 }
 
+/// An endpoint added at startup with a chosen secret (`payonce stripe-sim --webhook-url`) gets
+/// every event signed with that secret, and it outlives a reset: a server that registered it once
+/// keeps receiving events after the dashboard or a workshop resets the simulator.
+#[tokio::test]
+async fn a_startup_endpoint_signs_with_its_secret_and_survives_a_reset() {
+    let sim = TestSim::start().await;
+    let hook = Hook::start(&[]).await;
+    let secret = "whsec_shared_by_every_server";
+    sim.sim().add_webhook_endpoint(super::API_KEY, &hook.url, secret).expect("added");
+    assert!(sim.sim().add_webhook_endpoint(super::API_KEY, "not a url", secret).is_err());
+    assert!(sim.sim().add_webhook_endpoint(super::API_KEY, &hook.url, "sk_not_a_secret").is_err());
+
+    sim.pay("pm_card_visa", "order-1").await.expect("paid");
+    let before = hook.wait_for(3).await;
+    let reset = Response::send(sim.request(Method::POST, "_sim/reset")).await;
+    assert_eq!(reset.status, 204);
+    sim.pay("pm_card_visa", "order-2").await.expect("paid after the reset");
+    let received = hook.wait_for(6).await;
+
+    assert_eq!(before.len(), 3);
+    for delivery in &received {
+        let event = Webhook::construct_event(&delivery.body, &delivery.signature, secret).expect("signed with it");
+        assert!(event.request.and_then(|request| request.idempotency_key).is_some());
+    }
+    let listed = ListWebhookEndpoint::new().send(&sim.stripe()).await.expect("listed");
+    assert_eq!(listed.data.len(), 1, "the endpoint is still there");
+}
+
 /// An endpoint answering 500 is retried (with backoff) until it answers 2xx; every attempt is
 /// recorded with its status.
 #[tokio::test]

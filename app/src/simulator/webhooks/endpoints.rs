@@ -58,6 +58,39 @@ async fn create(
     .await
 }
 
+impl Simulator {
+    /// Registers an endpoint for `api_key`'s account that receives every event, signed with a
+    /// `whsec_…` secret of the caller's choosing; returns its id. This is what `payonce stripe-sim
+    /// --webhook-url` does at startup, so that several servers given the same
+    /// `STRIPE_WEBHOOK_SECRET` verify its deliveries (as `stripe listen` does with one secret per
+    /// machine); an endpoint created through the API gets a random secret, answered once.
+    pub fn add_webhook_endpoint(&self, api_key: &str, url: &str, secret: &str) -> Result<String, String> {
+        if reqwest::Url::parse(url).ok().is_none_or(|parsed| !matches!(parsed.scheme(), "http" | "https")) {
+            return Err(format!("the webhook URL must be an absolute http(s) URL, got {url:?}"));
+        }
+        if !secret.starts_with("whsec_") || secret.len() <= "whsec_".len() {
+            return Err("the webhook secret must be whsec_ followed by the secret".to_owned());
+        }
+        let endpoint = WebhookEndpoint {
+            id: new_id("we"),
+            object: "webhook_endpoint",
+            api_version: None,
+            application: None,
+            created: now(),
+            description: Some("registered at startup".to_owned()),
+            enabled_events: vec!["*".to_owned()],
+            livemode: false,
+            metadata: BTreeMap::new(),
+            secret: Some(secret.to_owned()),
+            status: "enabled",
+            url: url.to_owned(),
+        };
+        let id = endpoint.id.clone();
+        self.state().account(api_key).webhook_endpoints.push(endpoint);
+        Ok(id)
+    }
+}
+
 /// The endpoint a create call describes (its id and time are given at execution).
 fn parse(form: &Form) -> Result<WebhookEndpoint, ApiError> {
     let (mut url, mut description, mut api_version) = (None, None, None);

@@ -5,7 +5,8 @@
 //!    binaries are installed: started on first use and left running for the next run;
 //! 3. a PostgreSQL container through testcontainers ([`IMAGE_NAME`]:[`IMAGE_TAG`]), when a Docker
 //!    engine answers (`DOCKER_HOST`, or the default socket): one container per test process, its
-//!    data on a tmpfs, removed when the process exits;
+//!    data on a tmpfs, removed when the process exits, reached where it answers
+//!    ([`reachable_host`]);
 //! 4. otherwise the first test panics with what each of the three said.
 //!
 //! Test knob: `PAYONCE_TEST_NO_LOCAL_POSTGRES=1` makes step 2 behave as if no binaries were
@@ -13,6 +14,7 @@
 //! A process killed before it exits (SIGKILL, Ctrl-C) leaves its container behind; remove such
 //! leftovers with `docker rm -f $(docker ps -aq --filter label=dev.payonce.tests)`.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -112,14 +114,19 @@ async fn start_container() -> Result<String, String> {
                 }
             };
             let url = runtime.block_on(async {
-                let host = container.get_host().await.map_err(|e| e.to_string())?;
+                let named = container.get_host().await.map_err(|e| e.to_string())?.to_string();
                 let port = container.get_host_port_ipv4(5432).await.map_err(|e| e.to_string())?;
+                let host = reachable_host(named, port).await?;
                 Ok(format!("postgres://postgres@{host}:{port}/postgres"))
             });
             let _ = ready_tx.send(url);
             // Until the exit hook drops the sender (or the process ends first).
             let _ = stop_rx.recv();
-            let _ = runtime.block_on(container.rm());
+            let id = container.id().to_owned();
+            if let Err(err) = runtime.block_on(container.rm()) {
+                // Not eprintln!, which panics when the exiting process's stderr is gone.
+                let _ = writeln!(std::io::stderr(), "tests: could not remove the PostgreSQL container {id}: {err}");
+            }
             let _ = removed_tx.send(());
         })
         .map_err(|e| format!("cannot start a thread: {e}"))?;
@@ -136,11 +143,43 @@ async fn start_container() -> Result<String, String> {
     Ok(url)
 }
 
-/// Runs when the test process exits: removes the container and waits (at most 30 s) until it is.
+/// The host that reaches the container's published `port`: the one testcontainers names, else
+/// loopback.
+///
+/// When `/.dockerenv` exists, testcontainers assumes the tests run in a sibling container and
+/// names the bridge network's gateway (172.17.0.1). On a machine that is itself a container and
+/// runs its own engine (CI's, where `.ci/docker-engine` publishes ports on 127.0.0.1 only), that
+/// address refuses the connection, while loopback answers.
+async fn reachable_host(named: String, port: u16) -> Result<String, String> {
+    let mut refused = Vec::new();
+    for host in [named.as_str(), "127.0.0.1"] {
+        let connect = tokio::net::TcpStream::connect((host, port));
+        match tokio::time::timeout(Duration::from_secs(5), connect).await {
+            Ok(Ok(_)) => return Ok(host.to_owned()),
+            Ok(Err(err)) => refused.push(format!("{host}:{port}: {err}")),
+            Err(_) => refused.push(format!("{host}:{port}: no answer within 5 s")),
+        }
+    }
+    Err(format!("the container's port is not reachable ({})", refused.join("; ")))
+}
+
+/// How long the exit hook waits for the removal. The vfs storage driver (CI's) deletes a copy of
+/// the whole image: 6 s on a quiet machine, well over 30 s with builds running beside it.
+const REMOVAL_WAIT: Duration = Duration::from_secs(120);
+
+/// Runs when the test process exits: removes the container and waits until it is, at most
+/// [`REMOVAL_WAIT`].
 extern "C" fn remove_at_exit() {
     let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(Running { stop, removed }) = running {
         drop(stop);
-        let _ = removed.recv_timeout(Duration::from_secs(30));
+        if removed.recv_timeout(REMOVAL_WAIT).is_err() {
+            // Not eprintln!, which panics when stderr is gone: nothing may unwind into libc.
+            let _ = writeln!(
+                std::io::stderr(),
+                "tests: the PostgreSQL container was not removed within {} s",
+                REMOVAL_WAIT.as_secs()
+            );
+        }
     }
 }

@@ -1,0 +1,50 @@
+//! Making a handler idempotent: the few lines every idempotent endpoint shares.
+//!
+//! A handler validates its body into a canonical request, builds the engine's [`Operation`] from
+//! it (scope and fingerprint), and calls [`execute`] with its [`Idempotent`] implementation. What
+//! comes back is the final answer (new, replayed, or refused by the resource) or the reason
+//! there is none yet, already shaped as the API's errors (409 + Retry-After, 422, 503).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::Response;
+use tracing::Instrument;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::idempotency::{Answer, Busy, Idempotent, Operation, SubmitError};
+
+/// Runs `op` through `operation` to its final answer.
+///
+/// The work runs in its own task. If the client hangs up, axum drops the handler's future; the
+/// task keeps going to its next recovery point instead of stopping at an arbitrary await.
+pub async fn execute(state: AppState, operation: Arc<dyn Idempotent>, op: Operation) -> Result<Answer, ApiError> {
+    let task = async move {
+        match state.engine.submit(operation.as_ref(), &op, &state.owner).await {
+            Ok(answer) => Ok(answer),
+            Err(SubmitError::Busy { retry_after, reason }) => {
+                // A live lease says when the key is certainly resolvable (finished, or free to
+                // take over if its holder died). A live holder finishes its gateway call, or
+                // gives the key back, within the gateway timeout: a retry is useful after the
+                // sooner. A backoff or a spent budget says exactly when the key may be taken.
+                let retry_after = match reason {
+                    Busy::InFlight => retry_after.min(state.gateway.timeout()).max(Duration::from_secs(1)),
+                    Busy::Backoff | Busy::Reconciling => retry_after,
+                };
+                Err(ApiError::InFlight { retry_after, reason })
+            }
+            Err(SubmitError::Claim(err)) => Err(err.into()),
+            Err(SubmitError::Process(err)) => Err(err.into()),
+        }
+    };
+    tokio::spawn(task.in_current_span())
+        .await
+        .map_err(|err| ApiError::Internal(format!("idempotent task failed: {err}")))?
+}
+
+/// [`execute`], answered: the stored response, marked `Idempotent-Replayed` when it is one.
+pub async fn respond(state: AppState, operation: Arc<dyn Idempotent>, op: Operation) -> Result<Response, ApiError> {
+    let answer = execute(state, operation, op).await?;
+    Ok(answer.stored.into_response(answer.replayed))
+}

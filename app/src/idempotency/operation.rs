@@ -1,0 +1,206 @@
+//! The seam between the engine and what a request does: the [`Idempotent`] trait an operation
+//! implements, and the engine's side of it (submitting a request, resuming a key, the registry
+//! the sweeper dispatches through).
+//!
+//! An operation declares four things; the engine does everything else (claim, scope,
+//! fingerprint, state, lease, heartbeat, fencing, recovery, the sweeper's completion, events,
+//! replay):
+//!
+//! * its **route** (method and route template): the scope of its keys;
+//! * its **canonical request**: the caller builds an [`Operation`] from it, which fingerprints it
+//!   and stores it with the key, so the work can be finished without the client;
+//! * its **phases**: the recovery points between `started` and `finished`, what each commits.
+//!   The first is written by [`Idempotent::begin`] *inside the claim's transaction*: the key and
+//!   the operation's first local write commit together, and a new key costs no commit of its
+//!   own. The others are committed with [`Lease::advance_in`];
+//! * its **final response**, stored with its last write by [`Lease::finish_in`] (or an
+//!   equivalent single statement), and replayed byte for byte from then on.
+//!
+//! [`Idempotent::resume`] drives a held key from whatever point it is at; the engine calls it
+//! for a fresh claim, for a client retry that took over an abandoned key, and from the sweeper,
+//! alike. docs/architecture.md ("Making your own endpoint idempotent") walks through the refund.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::claim::{Busy, Claim, ClaimError, Operation};
+use super::lease::{FenceError, Lease, LeaseLost, RecoveryPoint};
+use super::{Engine, StoredResponse};
+use crate::gateway::{GatewayError, Refusal};
+
+/// A boxed future, as the trait's methods return (the trait is used as `dyn Idempotent`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What an endpoint declares to be made idempotent by the engine.
+pub trait Idempotent: Send + Sync {
+    /// The method of the route (`POST`).
+    fn method(&self) -> &'static str {
+        "POST"
+    }
+
+    /// The route template (`/v1/refunds`): with the method, the scope of the keys, and how the
+    /// sweeper finds the operation of an abandoned key.
+    fn route(&self) -> &'static str;
+
+    /// The first recovery point after `started`: the one [`Self::begin`] reaches.
+    fn first_phase(&self) -> RecoveryPoint;
+
+    /// The first local write, inside the claim's transaction `conn` (the key row already exists
+    /// in it, at [`Self::first_phase`]). Its events go in the same transaction. Returns
+    /// [`Begun::Rejected`] if the resource's state refuses the request (a refund of more than
+    /// remains): the transaction is rolled back and the key is not used. What it inserted may be
+    /// handed to [`Self::resume`] with [`Lease::carry`].
+    fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>>;
+
+    /// Drives a held key from `lease.recovery_point` to its stored final response.
+    fn resume(&self, lease: Lease) -> BoxFuture<'_, Result<StoredResponse, ProcessError>>;
+}
+
+/// What [`Idempotent::begin`] made of the request.
+#[derive(Debug)]
+pub enum Begun {
+    /// The first write is in the transaction; commit it with the claim.
+    Written,
+    /// The resource refuses the request now (this answer, not stored: the key stays unused).
+    Rejected(StoredResponse),
+}
+
+/// Why a key was not driven to completion this time.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// Another worker took the key over; it will finish the work.
+    #[error(transparent)]
+    LeaseLost(#[from] LeaseLost),
+    /// The gateway gave no answer that tells. The lease was released; the key may be tried
+    /// again after `retry_after`.
+    #[error("{error}")]
+    Gateway { error: GatewayError, retry_after: Duration },
+    /// The gateway refused payonce's own request (its configuration). Nothing was stored; the
+    /// lease was released; the key may be tried again after `retry_after`.
+    #[error("the gateway refused payonce's request ({}): {}", .refusal.reason.as_str(), .refusal.message)]
+    Refused { refusal: Refusal, retry_after: Duration },
+    /// A search found nothing, too soon after the last create call to believe it. The lease was
+    /// released; the sweeper asks again after `retry_after`.
+    #[error("the gateway found nothing yet; too early to believe it")]
+    Unconfirmed { retry_after: Duration },
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// The stored state cannot be continued by this code.
+    #[error("idempotency key {key_id}: {reason}")]
+    Corrupt { key_id: Uuid, reason: String },
+}
+
+impl From<FenceError> for ProcessError {
+    fn from(err: FenceError) -> Self {
+        match err {
+            FenceError::LeaseLost(lost) => Self::LeaseLost(lost),
+            FenceError::Database(err) => Self::Database(err),
+        }
+    }
+}
+
+/// The final answer to an idempotent request.
+#[derive(Debug)]
+pub struct Answer {
+    /// The stored response (or, for a rejected request, the answer that was not stored).
+    pub stored: StoredResponse,
+    /// Whether it was replayed from an earlier request with the same key.
+    pub replayed: bool,
+}
+
+/// Why a request has no final answer yet.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the idempotency key may not be taken now ({})", .reason.as_str())]
+    Busy { retry_after: Duration, reason: Busy },
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+}
+
+impl Engine {
+    /// Runs `request` through `operation` to its final answer: claims the key together with the
+    /// operation's first write, then drives it; or replays; or says why not now.
+    pub async fn submit(
+        &self,
+        operation: &dyn Idempotent,
+        request: &Operation,
+        owner: &str,
+    ) -> Result<Answer, SubmitError> {
+        // Losing the lease mid-way means another worker took over; looking at the key again
+        // tells the client what became of it (usually "in flight").
+        for _ in 0..3 {
+            match self.claim_with(request, owner, Some(operation)).await? {
+                Claim::Completed(stored) => return Ok(Answer { stored, replayed: true }),
+                Claim::Rejected(stored) => return Ok(Answer { stored, replayed: false }),
+                Claim::InFlight { retry_after, reason } => return Err(SubmitError::Busy { retry_after, reason }),
+                Claim::Acquired(lease) => match operation.resume(lease).await {
+                    Ok(stored) => return Ok(Answer { stored, replayed: false }),
+                    Err(ProcessError::LeaseLost(_)) => continue,
+                    Err(err) => return Err(err.into()),
+                },
+            }
+        }
+        Err(SubmitError::Busy { retry_after: Duration::from_secs(1), reason: Busy::InFlight })
+    }
+
+    /// For a key at `started` (claimed without its first write: an older version's key, or a
+    /// plain [`Engine::claim`]): writes the operation's first phase in a transaction of its own,
+    /// fenced. A rejection is stored as the key's final answer (`failed`): nobody else would
+    /// ever answer it.
+    pub async fn begin(&self, operation: &dyn Idempotent, lease: &mut Lease) -> Result<Begun, ProcessError> {
+        let mut tx = self.pool().begin().await?;
+        let first = operation.first_phase();
+        lease.advance_in(&mut tx, &RecoveryPoint::STARTED, &first, None).await?;
+        let begun = operation.begin(&mut tx, lease).await?;
+        if let Begun::Rejected(response) = &begun {
+            lease.finish_in(&mut tx, response, true, serde_json::json!({"reason": "rejected"})).await?;
+        }
+        tx.commit().await?;
+        Ok(begun)
+    }
+}
+
+/// The operations one process serves, by route: how the sweeper drives an abandoned key without
+/// knowing what it is.
+#[derive(Clone, Default)]
+pub struct Operations {
+    by_route: HashMap<&'static str, Arc<dyn Idempotent>>,
+}
+
+impl std::fmt::Debug for Operations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.by_route.keys()).finish()
+    }
+}
+
+impl Operations {
+    /// Adds an operation (one per route).
+    pub fn with(mut self, operation: impl Idempotent + 'static) -> Self {
+        self.by_route.insert(operation.route(), Arc::new(operation));
+        self
+    }
+
+    /// The operation of a route.
+    pub fn get(&self, route: &str) -> Option<&Arc<dyn Idempotent>> {
+        self.by_route.get(route)
+    }
+
+    /// Drives a held key with the operation it was claimed for.
+    pub async fn resume(&self, lease: Lease) -> Result<StoredResponse, ProcessError> {
+        match self.get(&lease.route) {
+            Some(operation) => operation.resume(lease).await,
+            None => Err(ProcessError::Corrupt {
+                key_id: lease.key_id,
+                reason: format!("no operation serves route {}", lease.route),
+            }),
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! The refund as an idempotent operation: its phases, and the gateway call between them.
+//!
+//! ```text
+//!  claim + (1) ──► refund_created ──(2: gateway call, no transaction)──(3)──► finished
+//! ```
+//!
+//! 1. [`Refunds::begin`], in the claim's transaction: lock the payment's row, check it is this
+//!    customer's, succeeded, and has the amount left; raise its `amount_refunded` by the refund's
+//!    amount (the *reservation*) and insert the pending refund. One commit for the key and the
+//!    refund; the row lock lasts as long as that transaction, never across the gateway call. A
+//!    payment that is not there (or another customer's), not succeeded, or without enough left
+//!    rolls the claim back: the answer (404, 409) is not stored and the key stays unused.
+//! 2. `POST /v1/refunds` at the gateway with the downstream key [`gateway::refund_key`], under a
+//!    heartbeat.
+//! 3. One transaction: the refund's outcome (a failed refund gives its reservation back) and the
+//!    key's final response ([`Lease::finish_in`]).
+//!
+//! Outcomes as for payments: succeeded and pending are answered 201 with the refund; declined
+//! (the gateway will not refund) is a final 502 `refund-rejected` with the reservation returned;
+//! refused and unknown release the key for a retry within its budget. A key whose budget is
+//! spent is reconciled: replayed with the same downstream key inside the horizon, looked up
+//! among the PaymentIntent's refunds (by payonce's metadata) after it, and given up (502
+//! `refund-abandoned`, the reservation returned) only when the gateway has no such refund.
+
+use std::collections::HashMap;
+
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::model::{Refund, RefundId, RefundStatus};
+use super::request::NewRefund;
+use super::store;
+use crate::customers::CustomerId;
+use crate::failpoint;
+use crate::gateway::{self, Gateway, RefundCall, RefundOutcome};
+use crate::http::problem::{self, Problem};
+use crate::idempotency::events::{self, Event};
+use crate::idempotency::{Begun, BoxFuture, EventKind, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
+use crate::payments::PaymentId;
+use crate::payments::process::{refusal_detail, release};
+
+/// The recovery point at which the refund row exists and its amount is reserved on the payment:
+/// the gateway may or may not have been called.
+pub const REFUND_CREATED: RecoveryPoint = RecoveryPoint::named("refund_created");
+
+/// The refund as an idempotent operation ([`Idempotent`]).
+#[derive(Clone)]
+pub struct Refunds {
+    gateway: Gateway,
+}
+
+impl Refunds {
+    pub fn new(gateway: Gateway) -> Self {
+        Self { gateway }
+    }
+}
+
+/// What the first write hands to the rest of the work: the refund and the PaymentIntent to refund.
+struct Created {
+    refund: Refund,
+    payment_intent: Option<String>,
+}
+
+impl Idempotent for Refunds {
+    fn route(&self) -> &'static str {
+        super::ROUTE
+    }
+
+    fn first_phase(&self) -> RecoveryPoint {
+        REFUND_CREATED
+    }
+
+    fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
+        Box::pin(async move {
+            let request = NewRefund::deserialize(&lease.request)
+                .map_err(|err| sqlx::Error::Decode(format!("stored refund request unreadable: {err}").into()))?;
+            match reserve(conn, lease, &request).await? {
+                Ok(created) => {
+                    lease.carry(created);
+                    Ok(Begun::Written)
+                }
+                Err(rejected) => Ok(Begun::Rejected(rejected)),
+            }
+        })
+    }
+
+    fn resume(&self, lease: Lease) -> BoxFuture<'_, Result<StoredResponse, ProcessError>> {
+        Box::pin(run(&self.gateway, lease))
+    }
+}
+
+/// Drives a claimed refund key from its recovery point to a stored response.
+async fn run(gateway: &Gateway, mut lease: Lease) -> Result<StoredResponse, ProcessError> {
+    let point = lease.recovery_point.as_str().to_owned();
+    let created = match point.as_str() {
+        "started" => {
+            let engine = lease.engine().clone();
+            if let Begun::Rejected(response) = engine.begin(&Refunds::new(gateway.clone()), &mut lease).await? {
+                return Ok(response);
+            }
+            lease.take::<Created>()
+        }
+        point if point == REFUND_CREATED.as_str() => lease.take::<Created>(),
+        other => return Err(corrupt(&lease, format!("asked to resume a key at {other}"))),
+    };
+    let Created { refund, payment_intent } = match created {
+        Some(created) => created,
+        None => {
+            let (refund, payment_intent) = store::find_by_key(lease.engine().pool(), lease.key_id)
+                .await?
+                .ok_or_else(|| corrupt(&lease, "at refund_created without a refund".into()))?;
+            Created { refund, payment_intent }
+        }
+    };
+    failpoint::hit("after_refund_created").await;
+    let Some(payment_intent) = payment_intent else {
+        // A succeeded payment always has its PaymentIntent (the answer that made it succeed named it).
+        return Err(corrupt(&lease, "the refunded payment has no PaymentIntent".into()));
+    };
+    if lease.exhausted() {
+        return reconcile(gateway, lease, refund, &payment_intent).await;
+    }
+    let outcome = lease.hold(gateway.refund(call_for(&refund, &payment_intent, &lease))).await?;
+    failpoint::hit("after_refund").await;
+    conclude(&lease, refund, outcome).await
+}
+
+/// Recovery point 1, inside the claim's transaction: the reservation and the pending refund, or
+/// the answer that refuses them (not stored).
+async fn reserve(
+    conn: &mut PgConnection,
+    lease: &Lease,
+    request: &NewRefund,
+) -> sqlx::Result<Result<Created, StoredResponse>> {
+    let Some(payment) = request.payment_id() else {
+        return Ok(Err(not_found()));
+    };
+    // The row lock orders refunds of one payment; it is held until this transaction commits,
+    // a few statements later, and never across a gateway call.
+    let Some(row) = sqlx::query!(
+        r#"
+        select status, amount, amount_refunded, currency, gateway_payment_intent_id
+        from payments
+        where id = $1 and customer_id = $2
+        for update
+        "#,
+        payment.0,
+        lease.customer_id,
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    else {
+        return Ok(Err(not_found()));
+    };
+    if row.status != "succeeded" {
+        return Ok(Err(not_refundable(payment, &row.status)));
+    }
+    let remaining = row.amount - row.amount_refunded;
+    let amount = request.amount.unwrap_or(remaining);
+    if remaining == 0 || amount > remaining {
+        return Ok(Err(exceeds(payment, amount, remaining, row.amount)));
+    }
+    let id = RefundId(Uuid::now_v7());
+    let metadata = serde_json::to_value(&request.metadata).unwrap_or_default();
+    // The conditional update is the invariant itself: even a caller that skipped the check
+    // above could not reserve more than remains (nor could the check constraint let it).
+    let created_at = sqlx::query_scalar!(
+        r#"
+        with reserved as (
+            update payments
+               set amount_refunded = amount_refunded + $4, updated_at = now()
+             where id = $3 and amount_refunded + $4 <= amount
+            returning id, currency
+        ), refund as (
+            insert into refunds (id, customer_id, payment_id, key_id, amount, currency, reason, metadata)
+            select $1, $2, reserved.id, $5, $4, reserved.currency, $6, $7
+            from reserved
+            returning created_at
+        ), event as (
+            insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+            select $5, $2, 'refund_created', $8,
+                   jsonb_build_object('refund', $9::text, 'payment', $10::text, 'amount', $4::int8)
+            from reserved
+        )
+        select created_at from refund
+        "#,
+        id.0,
+        lease.customer_id,
+        payment.0,
+        amount,
+        lease.key_id,
+        request.reason,
+        metadata,
+        lease.token,
+        id.to_string(),
+        payment.to_string(),
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| sqlx::Error::Protocol("the payment's row changed under its lock".into()))?;
+    EventKind::RefundCreated.count(1);
+    let refund = Refund {
+        id,
+        customer_id: lease.customer_id,
+        payment_id: payment,
+        amount,
+        currency: row.currency,
+        reason: request.reason.clone(),
+        metadata,
+        status: RefundStatus::Pending,
+        gateway_refund: None,
+        failure: None,
+        created_at,
+    };
+    Ok(Ok(Created { refund, payment_intent: row.gateway_payment_intent_id }))
+}
+
+/// The gateway request for a key's refund, with its downstream key and payonce's audit trail
+/// (which refund, of which payment, for whom, under which client key): the load tests audit the
+/// gateway's ledger by these, and reconciliation finds the refund by `payonce_refund`.
+fn call_for<'a>(refund: &'a Refund, payment_intent: &'a str, lease: &Lease) -> RefundCall<'a> {
+    let mut metadata: HashMap<String, String> = match &refund.metadata {
+        Value::Object(map) => map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect(),
+        _ => HashMap::new(),
+    };
+    metadata.insert(gateway::REFUND_METADATA.into(), refund.id.to_string());
+    metadata.insert(gateway::PAYMENT_METADATA.into(), refund.payment_id.to_string());
+    metadata.insert("payonce_customer".into(), CustomerId(refund.customer_id).to_string());
+    metadata.insert("payonce_idempotency_key".into(), lease.client_key.clone());
+    RefundCall {
+        payment_intent,
+        amount: refund.amount,
+        reason: refund.reason.as_deref(),
+        metadata,
+        idempotency_key: gateway::refund_key(lease.key_id),
+    }
+}
+
+/// Acts on the gateway's answer about a key's refund.
+async fn conclude(lease: &Lease, mut refund: Refund, outcome: RefundOutcome) -> Result<StoredResponse, ProcessError> {
+    match outcome {
+        RefundOutcome::Succeeded { refund: ref gateway_refund }
+        | RefundOutcome::Pending { refund: ref gateway_refund } => {
+            let succeeded = matches!(outcome, RefundOutcome::Succeeded { .. });
+            let gateway_refund = gateway_refund.clone();
+            refund.status = if succeeded { RefundStatus::Succeeded } else { RefundStatus::Pending };
+            refund.gateway_refund = Some(gateway_refund);
+            let body = serde_json::to_vec(&refund.to_json()).expect("a refund always serialises");
+            let response = StoredResponse::new(StatusCode::CREATED, "application/json", Some(refund.location()), body);
+            finish(lease, &refund, None, &response).await?;
+            tracing::info!(key_id = %lease.key_id, refund = %refund.id, status = refund.status.as_str(), "refund answered");
+            Ok(response)
+        }
+        RefundOutcome::Declined { refund: gateway_refund, code, message } => {
+            refund.status = RefundStatus::Failed;
+            refund.gateway_refund = gateway_refund;
+            refund.failure = Some((code.clone(), message.clone()));
+            let problem = Problem::new(
+                StatusCode::BAD_GATEWAY,
+                "refund-rejected",
+                "Refund rejected by the gateway",
+                format!(
+                    "The gateway would not refund this payment: {message} Nothing was refunded under this \
+                     Idempotency-Key, and its amount is available to refund again; this key will keep returning this \
+                     answer."
+                ),
+            )
+            .with("refund", refund.id.to_string())
+            .with("payment", refund.payment_id.to_string())
+            .with("code", code.as_str());
+            let response = StoredResponse::new(
+                StatusCode::BAD_GATEWAY,
+                problem::CONTENT_TYPE,
+                Some(refund.location()),
+                problem.to_json(),
+            );
+            finish(lease, &refund, Some(&code), &response).await?;
+            tracing::warn!(key_id = %lease.key_id, refund = %refund.id, code, "the gateway rejected a refund");
+            Ok(response)
+        }
+        RefundOutcome::Refused(refusal) => {
+            let retry_after = release(lease, refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
+            Err(ProcessError::Refused { refusal, retry_after })
+        }
+        RefundOutcome::Unknown(error) => {
+            tracing::warn!(key_id = %lease.key_id, %error, "no answer that tells from the gateway; releasing the key");
+            let retry_after = release(lease, &error.to_string(), None).await?;
+            Err(ProcessError::Gateway { error, retry_after })
+        }
+    }
+}
+
+/// Recovery point 3: the refund's outcome and the key's response, in one transaction. A failed
+/// refund gives its reservation back to the payment in the same transaction. `given_up` stores
+/// the key as `failed` (abandoned) rather than answered.
+async fn finish(
+    lease: &Lease,
+    refund: &Refund,
+    failure_code: Option<&str>,
+    response: &StoredResponse,
+) -> Result<(), ProcessError> {
+    let mut tx = lease.engine().pool().begin().await?;
+    let failure_message = refund.failure.as_ref().map(|(_, message)| message.as_str());
+    sqlx::query!(
+        r#"
+        with refund as (
+            update refunds
+               set status = $2, gateway_refund_id = coalesce($3, gateway_refund_id),
+                   failure_code = $4, failure_message = $5, updated_at = now()
+             where key_id = $1 and status = 'pending'
+            returning payment_id, amount
+        )
+        update payments p
+           set amount_refunded = p.amount_refunded - refund.amount, updated_at = now()
+          from refund
+         where p.id = refund.payment_id and $2 = 'failed'
+        "#,
+        lease.key_id,
+        refund.status.as_str(),
+        refund.gateway_refund,
+        failure_code,
+        failure_message,
+    )
+    .execute(&mut *tx)
+    .await?;
+    let abandoned = response.status == StatusCode::BAD_GATEWAY && failure_code == Some(ABANDONED);
+    let detail = json!({"refund": refund.id.to_string(), "refund_status": refund.status.as_str()});
+    lease.finish_in(&mut tx, response, abandoned, detail).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The failure code of a refund given up because the gateway confirmed it never made it.
+const ABANDONED: &str = "not_refunded";
+
+/// Reconciles a refund key whose budget is spent: replay with the same downstream key inside
+/// the horizon (the gateway answers from what it saved, or makes the refund the customer asked
+/// for), look it up among the PaymentIntent's refunds after it.
+async fn reconcile(
+    gateway: &Gateway,
+    lease: Lease,
+    mut refund: Refund,
+    payment_intent: &str,
+) -> Result<StoredResponse, ProcessError> {
+    let (method, outcome) = if lease.within_horizon() {
+        ("replay", lease.hold(gateway.refund(call_for(&refund, payment_intent, &lease))).await?)
+    } else {
+        match lease.hold(gateway.find_refund(payment_intent, &refund.id.to_string())).await? {
+            Some(outcome) => ("list", outcome),
+            None => {
+                record(&lease, json!({"method": "list", "answer": "none"})).await?;
+                // Refunds are listed from the charge itself, not a lagging search index: none means none.
+                refund.status = RefundStatus::Failed;
+                refund.failure = Some((ABANDONED.into(), "the gateway has no such refund".into()));
+                let problem = Problem::new(
+                    StatusCode::BAD_GATEWAY,
+                    "refund-abandoned",
+                    "Refund abandoned",
+                    "payonce could not complete this refund and stopped trying, and the gateway confirmed that it never \
+                     made it. Nothing was refunded under this Idempotency-Key, and its amount is available to refund \
+                     again: send the refund with a new Idempotency-Key.",
+                )
+                .with("refund", refund.id.to_string())
+                .with("payment", refund.payment_id.to_string());
+                let response = StoredResponse::new(
+                    StatusCode::BAD_GATEWAY,
+                    problem::CONTENT_TYPE,
+                    Some(refund.location()),
+                    problem.to_json(),
+                );
+                finish(&lease, &refund, Some(ABANDONED), &response).await?;
+                return Ok(response);
+            }
+        }
+    };
+    record(&lease, json!({"method": method, "answer": outcome.label(), "refund": outcome.refund()})).await?;
+    conclude(&lease, refund, outcome).await
+}
+
+/// A `reconciled` event on the key's timeline.
+async fn record(lease: &Lease, detail: Value) -> Result<(), ProcessError> {
+    let event = Event {
+        key_id: lease.key_id,
+        customer_id: lease.customer_id,
+        kind: EventKind::Reconciled,
+        lease_token: Some(lease.token),
+        detail,
+    };
+    Ok(events::write(lease.engine().pool(), event).await?)
+}
+
+/// Another customer's payment, or none: indistinguishable on purpose.
+fn not_found() -> StoredResponse {
+    let problem =
+        Problem::new(StatusCode::NOT_FOUND, "not-found", "Not found", "There is no such payment for your API key.");
+    StoredResponse::new(StatusCode::NOT_FOUND, problem::CONTENT_TYPE, None, problem.to_json())
+}
+
+fn not_refundable(payment: PaymentId, status: &str) -> StoredResponse {
+    let problem = Problem::new(
+        StatusCode::CONFLICT,
+        "payment-not-refundable",
+        "Payment not refundable",
+        format!(
+            "Only a succeeded payment can be refunded; this one is {status}. Nothing was refunded and the \
+             Idempotency-Key was not used."
+        ),
+    )
+    .with("payment", payment.to_string())
+    .with("payment_status", status);
+    StoredResponse::new(StatusCode::CONFLICT, problem::CONTENT_TYPE, None, problem.to_json())
+}
+
+fn exceeds(payment: PaymentId, amount: i64, remaining: i64, paid: i64) -> StoredResponse {
+    let problem = Problem::new(
+        StatusCode::CONFLICT,
+        "refund-exceeds-payment",
+        "Refund exceeds what remains of the payment",
+        if remaining == 0 {
+            "This payment is already refunded in full (or its refunds in progress take all of it). Nothing was \
+             refunded and the Idempotency-Key was not used."
+                .to_owned()
+        } else {
+            format!(
+                "A refund of {amount} is more than the {remaining} that remains of this payment (its other refunds, \
+                 including those in progress, take the rest). Nothing was refunded and the Idempotency-Key was not used."
+            )
+        },
+    )
+    .with("payment", payment.to_string())
+    .with("amount", paid)
+    .with("remaining", remaining);
+    StoredResponse::new(StatusCode::CONFLICT, problem::CONTENT_TYPE, None, problem.to_json())
+}
+
+fn corrupt(lease: &Lease, reason: String) -> ProcessError {
+    ProcessError::Corrupt { key_id: lease.key_id, reason }
+}
