@@ -48,8 +48,8 @@
 //! simulator      a Stripe-wire-compatible simulator: PaymentIntents, refunds, search, events and
 //!                signed webhook deliveries, a ledger, faults
 //! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
-//!                problem responses, and `POST /webhooks/stripe` (the signature checked, then
-//!                payments::webhook)
+//!                problem responses, `POST /webhooks/stripe` (the signature checked, then
+//!                payments::webhook), and the OpenAPI description at `GET /openapi.json`
 //! web            what the HTML side shares: sessions, CSRF, flash messages, assets
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
 //! shop           a demo shop at / with a double-click-proof checkout

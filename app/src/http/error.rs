@@ -360,3 +360,74 @@ pub async fn log_errors(request: Request, next: Next) -> Response {
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::GatewayError;
+    use crate::http::problem::{ProblemType, TYPES};
+
+    /// Every problem the API's errors become is one of the catalogued types (which the OpenAPI
+    /// description documents), with the catalogue's status and title; so is every problem a bare
+    /// status becomes on the way out.
+    #[test]
+    fn every_problem_is_catalogued() {
+        let second = Duration::from_secs(1);
+        let errors = [
+            ApiError::Unauthorized,
+            ApiError::IdempotencyKey(KeyError::Missing),
+            ApiError::IdempotencyKey(KeyError::Empty),
+            ApiError::invalid("x"),
+            ApiError::UnsupportedMediaType,
+            ApiError::PayloadTooLarge { limit: 1 },
+            ApiError::RequestTimeout,
+            ApiError::UnsupportedContentEncoding,
+            ApiError::NotFound,
+            ApiError::MethodNotAllowed,
+            ApiError::InFlight { retry_after: second, reason: Busy::InFlight },
+            ApiError::KeyReused("x".into()),
+            ApiError::Gateway { error: GatewayError::Timeout(second), retry_after: second },
+            ApiError::GatewayRefused { reason: RefusalReason::Authentication, retry_after: second },
+            ApiError::WebhookSignature("x".into()),
+            ApiError::WebhookUnreadable,
+            ApiError::WebhooksNotConfigured,
+            ApiError::DatabaseUnavailable(sqlx::Error::PoolTimedOut),
+            ApiError::DatabaseRefused(sqlx::Error::Protocol("x".into())),
+            ApiError::LockServiceUnavailable { detail: "x".into(), retry_after: second },
+            ApiError::Internal("x".into()),
+        ];
+        let check = |problem: &Problem| {
+            let slug = problem.type_uri.rsplit('/').next().unwrap();
+            let known = ProblemType::of(slug).unwrap_or_else(|| panic!("{slug} is not in problem::TYPES"));
+            assert_eq!((problem.status, problem.title), (known.status, known.title), "{slug}");
+        };
+        for err in &errors {
+            check(&err.problem());
+        }
+        for status in 400..600 {
+            let problem = Problem::for_status(StatusCode::from_u16(status).unwrap(), "");
+            if problem.type_uri != "about:blank" {
+                check(&problem);
+            }
+        }
+        // The payment's own final problems (402, 502) are built in payments::process, the
+        // refund's (409, 502) in refunds::process.
+        let built_here: Vec<_> = errors.iter().map(|e| e.problem().type_uri).collect();
+        let elsewhere = [
+            "card-declined",
+            "payment-rejected",
+            "payment-abandoned",
+            "payment-not-refundable",
+            "refund-exceeds-payment",
+            "refund-rejected",
+            "refund-abandoned",
+        ];
+        for known in TYPES {
+            assert!(
+                built_here.contains(&known.uri()) || elsewhere.contains(&known.slug),
+                "{} is catalogued but never answered",
+                known.slug
+            );
+        }
+    }
+}

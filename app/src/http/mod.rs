@@ -1,8 +1,10 @@
 //! The HTTP application: routes, shared state, middleware.
 //!
-//! Every route module exposes `router()`; they are merged here. Errors are [`error::ApiError`],
-//! rendered as RFC 9457 problems ([`problem`]); [`edge`] refuses what no route may receive and
-//! gives every other error response a problem body.
+//! Every route module exposes `router()`; they are merged here: the API's in [`api`] (utoipa-axum
+//! routers, each route documented in the OpenAPI description as it is registered, see
+//! [`openapi`]), the pages' in [`router`]. Errors are [`error::ApiError`], rendered as RFC 9457
+//! problems ([`problem`]); [`edge`] refuses what no route may receive and gives every other error
+//! response a problem body.
 
 pub mod bench;
 pub mod edge;
@@ -11,6 +13,7 @@ pub mod extract;
 pub mod health;
 pub mod idempotent;
 pub mod lab;
+pub mod openapi;
 pub mod payments;
 pub mod problem;
 pub mod refunds;
@@ -18,15 +21,17 @@ pub mod webhooks;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request};
+use axum::{Extension, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::customers::Authenticator;
 use crate::gateway::Gateway;
@@ -55,15 +60,23 @@ pub struct AppState {
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The whole application. `bench_routes` adds the benchmark-only routes ([`bench`]).
-pub fn router(state: AppState, bench_routes: bool) -> Router {
-    let html = html(&state);
-    let routes = Router::new()
+/// The API: every router here is documented in the OpenAPI description (`GET /openapi.json`).
+/// The one list of the API's routes; a new route module is merged here (see [`openapi`]).
+pub fn api() -> OpenApiRouter<AppState> {
+    openapi::base()
         .merge(health::router())
         .merge(payments::router())
         .merge(refunds::router())
         .merge(webhooks::router())
-        .merge(html);
+        .routes(routes!(openapi::serve))
+}
+
+/// The whole application. `bench_routes` adds the benchmark-only routes ([`bench`]).
+pub fn router(state: AppState, bench_routes: bool) -> Router {
+    let html = html(&state);
+    let (api, description) = api().split_for_parts();
+    let api = api.layer(Extension(openapi::Spec::new(description)));
+    let routes = api.merge(html);
     let routes = if bench_routes { routes.merge(bench::router()) } else { routes };
     let routes = if state.lab.is_lab() { routes.merge(lab::router()) } else { routes };
     assemble(routes, state)
@@ -72,7 +85,7 @@ pub fn router(state: AppState, bench_routes: bool) -> Router {
 /// `payonce serve --admin-only`: the dashboard, the shop and the health checks, without the
 /// payments API (whose requests get the usual 404 problem).
 pub fn admin_router(state: AppState) -> Router {
-    let routes = Router::new().merge(health::router()).merge(html(&state));
+    let routes = Router::from(health::router()).merge(html(&state));
     assemble(routes, state)
 }
 

@@ -2,29 +2,89 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use tracing::Instrument;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
+use super::openapi::problems;
 use super::{AppState, idempotent};
 pub use crate::idempotency::Answer;
 use crate::idempotency::{IdempotencyKey, Operation};
 use crate::lab::Strategy;
+use crate::payments::model::PaymentView;
 use crate::payments::process::Payments;
 use crate::payments::{self, CreatePayment, NewPayment, PaymentId, store};
 
-pub fn router() -> Router<AppState> {
-    Router::new().route(payments::ROUTE, post(create).get(list)).route("/v1/payments/{id}", get(show))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create, list)).routes(routes!(show))
 }
 
-/// `POST /v1/payments`.
+problems!(
+    /// What `POST /v1/payments` answers besides the payment.
+    CreateProblems: UNAUTHORIZED, IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, INVALID_REQUEST,
+        UNSUPPORTED_MEDIA_TYPE, REQUEST_TIMEOUT, IDEMPOTENCY_KEY_IN_USE, IDEMPOTENCY_KEY_REUSED, CARD_DECLINED,
+        PAYMENT_REJECTED, PAYMENT_ABANDONED, GATEWAY_UNAVAILABLE, GATEWAY_REFUSED, SERVICE_UNAVAILABLE,
+        LOCK_SERVICE_UNAVAILABLE
+);
+
+problems!(
+    /// What reading payments answers besides them.
+    ReadProblems: UNAUTHORIZED, INVALID_REQUEST, NOT_FOUND, SERVICE_UNAVAILABLE
+);
+
+problems!(
+    /// What listing payments answers besides them.
+    ListProblems: UNAUTHORIZED, INVALID_REQUEST, SERVICE_UNAVAILABLE
+);
+
+/// Create a payment, once per `Idempotency-Key`.
+///
+/// The first request with a key charges (201 once it succeeded, 202 while it is pending at the
+/// gateway, 402 if it was declined); every later request with the same key and body gets that
+/// same answer back, with `Idempotent-Replayed: true`, and never charges again. A retry while
+/// the first is still running gets 409 with `Retry-After`; the same key with another body, 422.
+/// An answer the gateway did not give (503) is not stored: retry with the same key.
+#[utoipa::path(
+    post,
+    path = "/v1/payments",
+    tag = "payments",
+    operation_id = "createPayment",
+    security(("api_key" = [])),
+    params(
+        ("Idempotency-Key" = String, Header, // Exactly what the parser (`idempotency::key`) accepts: an sf-string, or a bare token
+         // without space, `"`, `,`, `;` or `\`; 1 to 255 characters once decoded; spaces around
+         // are not part of the value.
+         pattern = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#,
+         description = "One key per payment (a UUID is ideal), sent unchanged with every retry of it. A Structured \
+                        Field String (`\"…\"`, RFC 8941) as the IETF draft defines the field, or a bare token as \
+                        Stripe's clients send it; 1 to 255 printable ASCII characters once decoded. Keys expire \
+                        after 24 hours."),
+    ),
+    request_body = CreatePayment,
+    responses(
+        (status = 201, description = "The payment succeeded (or this is the replay of its first answer).",
+         body = PaymentView,
+         headers(("Location" = String, description = "The payment's URL."),
+                 ("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer.")),
+         links(("GetPayment" = (operation_id = "getPayment", parameters(("id" = "$response.body#/id")),
+                                description = "The payment, as it is now.")))),
+        (status = 202, description = "The payment is pending at the gateway (`processing`, or `requires_action` \
+                                      with Stripe's `next_action`); follow it with `GET /v1/payments/{id}`. A replay \
+                                      of the key gets this same answer.",
+         body = PaymentView,
+         headers(("Location" = String, description = "The payment's URL."),
+                 ("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer.")),
+         links(("GetPayment" = (operation_id = "getPayment", parameters(("id" = "$response.body#/id")),
+                                description = "The payment, as it is now.")))),
+        CreateProblems,
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     Authenticated(customer): Authenticated,
@@ -73,7 +133,16 @@ pub async fn execute_with(state: AppState, strategy: Strategy, op: Operation) ->
     }
 }
 
-/// `GET /v1/payments/{id}`: one of the caller's payments; anyone else's is a 404.
+/// One of the caller's payments, as it is now; anyone else's is a 404.
+#[utoipa::path(
+    get,
+    path = "/v1/payments/{id}",
+    tag = "payments",
+    operation_id = "getPayment",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "The payment's id (`pay_…`).")),
+    responses((status = 200, description = "The payment.", body = PaymentView), ReadProblems)
+)]
 async fn show(
     State(state): State<AppState>,
     Authenticated(customer): Authenticated,
@@ -81,17 +150,50 @@ async fn show(
 ) -> Result<Response, ApiError> {
     let id = PaymentId::parse(&id).ok_or(ApiError::NotFound)?;
     let payment = store::find(state.engine.pool(), customer.id, id).await?.ok_or(ApiError::NotFound)?;
-    Ok(axum::Json(payment.to_json()).into_response())
+    Ok(axum::Json(payment.view()).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListParams {
+    /// How many payments to return.
+    #[param(minimum = 1, maximum = 100, default = 10)]
     limit: Option<u32>,
+    /// A payment id: return the payments created before it (the `id` of a page's last payment).
+    #[param(pattern = "^pay_[0-9a-fA-F]{32}$")]
     starting_after: Option<String>,
 }
 
-/// `GET /v1/payments?limit=&starting_after=`: the caller's payments, newest first.
+/// A page of payments.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct PaymentList {
+    pub object: ListObject,
+    /// `/v1/payments`.
+    pub url: &'static str,
+    /// Newest first.
+    pub data: Vec<PaymentView>,
+    /// Whether older payments follow (ask again with `starting_after` = the last `id`).
+    pub has_more: bool,
+}
+
+/// The `object` member of a list: always `list`.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ListObject {
+    List,
+}
+
+/// The caller's payments, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/payments",
+    tag = "payments",
+    operation_id = "listPayments",
+    security(("api_key" = [])),
+    params(ListParams),
+    responses((status = 200, description = "A page of the caller's payments.", body = PaymentList), ListProblems)
+)]
 async fn list(
     State(state): State<AppState>,
     Authenticated(customer): Authenticated,
@@ -108,7 +210,6 @@ async fn list(
         }
     };
     let (payments, has_more) = store::list(state.engine.pool(), customer.id, limit, starting_after).await?;
-    let data: Vec<Value> = payments.iter().map(|p| p.to_json()).collect();
-    Ok(axum::Json(json!({"object": "list", "url": payments::ROUTE, "data": data, "has_more": has_more}))
-        .into_response())
+    let data = payments.iter().map(|p| p.view()).collect();
+    Ok(axum::Json(PaymentList { object: ListObject::List, url: payments::ROUTE, data, has_more }).into_response())
 }

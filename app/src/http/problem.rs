@@ -5,7 +5,9 @@
 //! stored like a 201). Both paths serialise through [`Problem::to_json`], so a replay is
 //! byte-for-byte the original.
 //!
-//! Every `type` is listed, with what a client should do about it, in `docs/errors.md`.
+//! Every `type` is listed in [`TYPES`] (the OpenAPI description documents each from there, see
+//! `http::openapi`) and, with what a client should do about it, in `docs/errors.md`. A new type
+//! goes in both, or the conformance test (tests/api/openapi.rs) refuses the responses that carry it.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -17,6 +19,97 @@ pub const CONTENT_TYPE: &str = "application/problem+json";
 
 /// Where problem type URIs live. The URIs are identifiers first; `docs/errors.md` documents each.
 const TYPE_BASE: &str = "https://payonce.dev/problems/";
+
+/// One kind of problem: what its `type` URI ends with, its status and its title.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProblemType {
+    pub slug: &'static str,
+    pub status: StatusCode,
+    pub title: &'static str,
+    /// When it is answered, in a sentence (the OpenAPI description's; docs/errors.md says more).
+    pub when: &'static str,
+}
+
+impl ProblemType {
+    /// The `type` URI.
+    pub fn uri(&self) -> String {
+        format!("{TYPE_BASE}{}", self.slug)
+    }
+
+    /// The type of this slug.
+    pub fn of(slug: &str) -> Option<&'static ProblemType> {
+        TYPES.iter().find(|t| t.slug == slug)
+    }
+}
+
+macro_rules! problem_types {
+    ($($name:ident = ($slug:literal, $status:ident, $title:literal, $when:literal);)+) => {
+        $(
+            #[doc = $when]
+            pub const $name: ProblemType =
+                ProblemType { slug: $slug, status: StatusCode::$status, title: $title, when: $when };
+        )+
+        /// Every problem type payonce answers with (besides RFC 9457's `about:blank`).
+        pub const TYPES: &[ProblemType] = &[$($name),+];
+    };
+}
+
+problem_types! {
+    UNAUTHORIZED = ("unauthorized", UNAUTHORIZED, "Authentication required",
+        "No `Authorization: Bearer po_…` header, or an unknown API key.");
+    IDEMPOTENCY_KEY_MISSING = ("idempotency-key-missing", BAD_REQUEST, "Idempotency-Key required",
+        "The request has no `Idempotency-Key` header.");
+    IDEMPOTENCY_KEY_INVALID = ("idempotency-key-invalid", BAD_REQUEST, "Invalid Idempotency-Key",
+        "The key is empty, longer than 255 characters, not printable ASCII, a broken Structured Field String, or sent more than once.");
+    INVALID_REQUEST = ("invalid-request", BAD_REQUEST, "Invalid request",
+        "The body, a query parameter or a path segment is malformed or invalid (`errors` names each field), or holds a value the database cannot store.");
+    UNSUPPORTED_MEDIA_TYPE = ("unsupported-media-type", UNSUPPORTED_MEDIA_TYPE, "Unsupported media type",
+        "The body is not sent as `application/json`.");
+    UNSUPPORTED_CONTENT_ENCODING = ("unsupported-content-encoding", UNSUPPORTED_MEDIA_TYPE, "Unsupported content encoding",
+        "The request has a `Content-Encoding` other than `identity`.");
+    PAYLOAD_TOO_LARGE = ("payload-too-large", PAYLOAD_TOO_LARGE, "Request body too large",
+        "The body is larger than the route accepts (64 KiB for the API, 256 KiB for a webhook event).");
+    REQUEST_TIMEOUT = ("request-timeout", REQUEST_TIMEOUT, "Request timeout",
+        "The body did not arrive within the body timeout.");
+    NOT_FOUND = ("not-found", NOT_FOUND, "Not found",
+        "An unknown URL, or a payment that does not exist or belongs to another customer.");
+    METHOD_NOT_ALLOWED = ("method-not-allowed", METHOD_NOT_ALLOWED, "Method not allowed",
+        "The URL does not support the method.");
+    IDEMPOTENCY_KEY_IN_USE = ("idempotency-key-in-use", CONFLICT, "Request in progress",
+        "The key may not be taken now (`reason`: in_flight, backoff or reconciling); retry the same request after `Retry-After`.");
+    IDEMPOTENCY_KEY_REUSED = ("idempotency-key-reused", UNPROCESSABLE_ENTITY, "Idempotency-Key reused",
+        "The key was first used with a different body, or for another endpoint.");
+    CARD_DECLINED = ("card-declined", PAYMENT_REQUIRED, "Card declined",
+        "The card issuer declined. Final, and replayed to every retry of the key.");
+    PAYMENT_REJECTED = ("payment-rejected", PAYMENT_REQUIRED, "Payment rejected by the gateway",
+        "The gateway refused the payment method. Final, and replayed to every retry of the key.");
+    PAYMENT_ABANDONED = ("payment-abandoned", BAD_GATEWAY, "Payment abandoned",
+        "The key's budget was spent and the gateway confirmed that no charge was made. Final, and replayed.");
+    GATEWAY_UNAVAILABLE = ("gateway-unavailable", SERVICE_UNAVAILABLE, "Payment gateway unavailable",
+        "No answer that tells from the gateway; retry with the same key after `Retry-After`.");
+    GATEWAY_REFUSED = ("gateway-refused", SERVICE_UNAVAILABLE, "Payment gateway refused payonce's request",
+        "The gateway refused payonce's own request (its configuration); retry with the same key later.");
+    SERVICE_UNAVAILABLE = ("service-unavailable", SERVICE_UNAVAILABLE, "Service temporarily unavailable",
+        "The database is unreachable, busy, or a statement ran past its timeout; retry after `Retry-After`.");
+    PAYMENT_NOT_REFUNDABLE = ("payment-not-refundable", CONFLICT, "Payment not refundable",
+        "`POST /v1/refunds` of a payment that has not succeeded. Not stored: the key may be used again.");
+    REFUND_EXCEEDS_PAYMENT = ("refund-exceeds-payment", CONFLICT, "Refund exceeds what remains of the payment",
+        "`POST /v1/refunds` for more than remains of the payment (its other refunds, in progress included, take the rest). Not stored.");
+    REFUND_REJECTED = ("refund-rejected", BAD_GATEWAY, "Refund rejected by the gateway",
+        "The gateway would not refund (already refunded, not that much remains, or the refund failed). Final, and replayed.");
+    REFUND_ABANDONED = ("refund-abandoned", BAD_GATEWAY, "Refund abandoned",
+        "The refund key's budget was spent and the gateway confirmed it never made the refund. Final, and replayed.");
+    LOCK_SERVICE_UNAVAILABLE = ("lock-service-unavailable", SERVICE_UNAVAILABLE, "Lock service unavailable",
+        "Only the lab's `redis` claim strategy: Redis, which holds its leases, cannot be reached; retry with the same key after `Retry-After`.");
+    INTERNAL = ("internal", INTERNAL_SERVER_ERROR, "Internal error",
+        "A bug; it is logged with the request id.");
+    WEBHOOK_SIGNATURE_INVALID = ("webhook-signature-invalid", BAD_REQUEST, "Webhook signature invalid",
+        "No `Stripe-Signature`, one that does not sign the body with the endpoint's secret, or a stale one.");
+    WEBHOOK_UNREADABLE = ("webhook-unreadable", BAD_REQUEST, "Webhook event unreadable",
+        "A correctly signed event that this version cannot read.");
+    WEBHOOKS_NOT_CONFIGURED = ("webhooks-not-configured", SERVICE_UNAVAILABLE, "Webhooks not configured",
+        "No webhook signing secret is configured, so no event can be verified.");
+}
 
 /// One problem document.
 #[derive(Debug, Clone, Serialize)]

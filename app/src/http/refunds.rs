@@ -3,25 +3,74 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
+use super::openapi::problems;
+use super::payments::ListObject;
 use super::{AppState, idempotent};
 use crate::idempotency::{IdempotencyKey, Operation};
 use crate::payments::PaymentId;
+use crate::refunds::model::RefundView;
 use crate::refunds::{self, CreateRefund, RefundId, Refunds, store};
 
-pub fn router() -> Router<AppState> {
-    Router::new().route(refunds::ROUTE, post(create).get(list)).route("/v1/refunds/{id}", get(show))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create, list)).routes(routes!(show))
 }
 
-/// `POST /v1/refunds`.
+problems!(
+    /// What `POST /v1/refunds` answers besides the refund.
+    CreateProblems: UNAUTHORIZED, IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, INVALID_REQUEST,
+        UNSUPPORTED_MEDIA_TYPE, REQUEST_TIMEOUT, NOT_FOUND, IDEMPOTENCY_KEY_IN_USE, IDEMPOTENCY_KEY_REUSED,
+        PAYMENT_NOT_REFUNDABLE, REFUND_EXCEEDS_PAYMENT, REFUND_REJECTED, REFUND_ABANDONED, GATEWAY_UNAVAILABLE,
+        GATEWAY_REFUSED, SERVICE_UNAVAILABLE
+);
+
+problems!(
+    /// What reading a refund answers besides it.
+    ReadProblems: UNAUTHORIZED, INVALID_REQUEST, NOT_FOUND, SERVICE_UNAVAILABLE
+);
+
+problems!(
+    /// What listing refunds answers besides them.
+    ListProblems: UNAUTHORIZED, INVALID_REQUEST, SERVICE_UNAVAILABLE
+);
+
+/// Refund a succeeded payment (all that remains of it, or `amount`), once per `Idempotency-Key`.
+///
+/// The first request with a key reserves the amount on the payment and refunds it at the
+/// gateway (201); every later request with the same key gets that same answer back, with
+/// `Idempotent-Replayed: true`. A refund for more than remains, or of a payment that has not
+/// succeeded, is a 409 that does not use the key.
+#[utoipa::path(
+    post,
+    path = "/v1/refunds",
+    tag = "refunds",
+    operation_id = "createRefund",
+    security(("api_key" = [])),
+    params(
+        ("Idempotency-Key" = String, Header,
+         pattern = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#,
+         description = "One key per refund (a UUID is ideal), sent unchanged with every retry of it; as for \
+                        `POST /v1/payments`. Keys expire after 24 hours."),
+    ),
+    request_body = CreateRefund,
+    responses(
+        (status = 201, description = "The refund was made or is pending at the gateway (or this is the replay of \
+                                      its first answer).",
+         body = RefundView,
+         headers(("Location" = String, description = "The refund's URL."),
+                 ("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer.")),
+         links(("GetRefund" = (operation_id = "getRefund", parameters(("id" = "$response.body#/id")),
+                               description = "The refund, as it is now.")))),
+        CreateProblems,
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     Authenticated(customer): Authenticated,
@@ -35,7 +84,16 @@ async fn create(
     idempotent::respond(state, operation, op).await
 }
 
-/// `GET /v1/refunds/{id}`: one of the caller's refunds; anyone else's is a 404.
+/// One of the caller's refunds, as it is now; anyone else's is a 404.
+#[utoipa::path(
+    get,
+    path = "/v1/refunds/{id}",
+    tag = "refunds",
+    operation_id = "getRefund",
+    security(("api_key" = [])),
+    params(("id" = String, Path, description = "The refund's id (`re_…`).")),
+    responses((status = 200, description = "The refund.", body = RefundView), ReadProblems)
+)]
 async fn show(
     State(state): State<AppState>,
     Authenticated(customer): Authenticated,
@@ -43,19 +101,46 @@ async fn show(
 ) -> Result<Response, ApiError> {
     let id = RefundId::parse(&id).ok_or(ApiError::NotFound)?;
     let refund = store::find(state.engine.pool(), customer.id, id).await?.ok_or(ApiError::NotFound)?;
-    Ok(axum::Json(refund.to_json()).into_response())
+    Ok(axum::Json(refund.view()).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListParams {
+    /// A payment id: only that payment's refunds.
+    #[param(pattern = "^pay_[0-9a-fA-F]{32}$")]
     payment: Option<String>,
+    /// How many refunds to return.
+    #[param(minimum = 1, maximum = 100, default = 10)]
     limit: Option<u32>,
+    /// A refund id: return the refunds created before it (the `id` of a page's last refund).
+    #[param(pattern = "^re_[0-9a-fA-F]{32}$")]
     starting_after: Option<String>,
 }
 
-/// `GET /v1/refunds?payment=&limit=&starting_after=`: the caller's refunds (of one payment),
-/// newest first.
+/// A page of refunds.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RefundList {
+    pub object: ListObject,
+    /// `/v1/refunds`.
+    pub url: &'static str,
+    /// Newest first.
+    pub data: Vec<RefundView>,
+    /// Whether older refunds follow (ask again with `starting_after` = the last `id`).
+    pub has_more: bool,
+}
+
+/// The caller's refunds (of one payment, with `payment`), newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/refunds",
+    tag = "refunds",
+    operation_id = "listRefunds",
+    security(("api_key" = [])),
+    params(ListParams),
+    responses((status = 200, description = "A page of the caller's refunds.", body = RefundList), ListProblems)
+)]
 async fn list(
     State(state): State<AppState>,
     Authenticated(customer): Authenticated,
@@ -78,6 +163,6 @@ async fn list(
         }
     };
     let (refunds, has_more) = store::list(state.engine.pool(), customer.id, payment, limit, starting_after).await?;
-    let data: Vec<Value> = refunds.iter().map(|r| r.to_json()).collect();
-    Ok(axum::Json(json!({"object": "list", "url": refunds::ROUTE, "data": data, "has_more": has_more})).into_response())
+    let data = refunds.iter().map(|r| r.view()).collect();
+    Ok(axum::Json(RefundList { object: ListObject::List, url: refunds::ROUTE, data, has_more }).into_response())
 }

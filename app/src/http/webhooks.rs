@@ -7,19 +7,21 @@
 //! is applied or recorded. A verified event is recorded and applied once
 //! ([`crate::payments::webhook`]); any 2xx tells Stripe to stop redelivering it.
 
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use stripe_webhook::{Webhook, WebhookError};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::payments::webhook::{self, Delivery, Receipt};
+use super::openapi::problems;
+use crate::payments::webhook::{self, Delivery, Effect, Receipt};
 
 /// Where Stripe delivers events.
 pub const ROUTE: &str = "/webhooks/stripe";
@@ -27,11 +29,43 @@ pub const ROUTE: &str = "/webhooks/stripe";
 /// The largest event accepted. Stripe's events hold one object, unexpanded: a few kilobytes.
 pub const BODY_LIMIT: usize = 256 * 1024;
 
-pub fn router() -> Router<AppState> {
-    Router::new().route(ROUTE, post(receive)).layer(DefaultBodyLimit::max(BODY_LIMIT))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(receive)).layer(DefaultBodyLimit::max(BODY_LIMIT))
 }
 
-/// `POST /webhooks/stripe`.
+/// What payonce tells Stripe about an event it received.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct WebhookReceipt {
+    /// Always `true`: any 2xx stops Stripe's redeliveries.
+    pub received: bool,
+    /// The event's id was already in the inbox: nothing was done again.
+    pub duplicate: bool,
+    /// What a new event did (`null` for a duplicate).
+    pub effect: Option<Effect>,
+}
+
+problems!(
+    /// What a delivery is refused with.
+    ReceiveProblems: WEBHOOK_SIGNATURE_INVALID, WEBHOOK_UNREADABLE, INVALID_REQUEST, REQUEST_TIMEOUT,
+        WEBHOOKS_NOT_CONFIGURED, SERVICE_UNAVAILABLE
+);
+
+/// Stripe's events in (`payment_intent.*`), verified by their `Stripe-Signature`.
+///
+/// Not for API clients: Stripe calls it. An event is applied once, however often it is
+/// delivered; anything without a valid signature is refused and changes nothing.
+#[utoipa::path(
+    post,
+    path = "/webhooks/stripe",
+    tag = "webhooks",
+    operation_id = "receiveStripeEvent",
+    params(("Stripe-Signature" = String, Header, description = "Stripe's signature of the body: `t=<unix time>,v1=<HMAC-SHA256>`.")),
+    request_body(content = Object, description = "A Stripe event, as Stripe sends it.", content_type = "application/json"),
+    responses(
+        (status = 200, description = "The event was verified, and recorded and applied once.", body = WebhookReceipt),
+        ReceiveProblems,
+    )
+)]
 async fn receive(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -72,7 +106,7 @@ async fn receive(
     };
     let (duplicate, effect) = match receipt {
         Receipt::Duplicate => (true, None),
-        Receipt::Recorded(effect) => (false, Some(effect.as_str())),
+        Receipt::Recorded(effect) => (false, Some(effect)),
     };
-    Ok(axum::Json(json!({"received": true, "duplicate": duplicate, "effect": effect})).into_response())
+    Ok(axum::Json(WebhookReceipt { received: true, duplicate, effect }).into_response())
 }

@@ -1,6 +1,7 @@
 //! The payment resource: its row, its public id and its JSON representation.
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
@@ -32,7 +33,8 @@ impl std::fmt::Display for PaymentId {
 /// Where a payment is in its life. Statuses only move forward, in this order (the database
 /// refuses anything else, `payment_status_rank`): `pending` < `requires_action` < `processing` <
 /// `succeeded` = `failed`, the last two terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum PaymentStatus {
     /// Created locally; the gateway has not answered yet.
     Pending,
@@ -194,27 +196,88 @@ impl Payment {
 
     /// The API representation (`GET /v1/payments/{id}`, and the body of a 201 or 202).
     pub fn to_json(&self) -> Value {
-        json!({
-            "id": self.id.to_string(),
-            "object": "payment",
-            "customer": CustomerId(self.customer_id).to_string(),
-            "amount": self.amount,
-            "amount_refunded": self.amount_refunded,
-            "currency": self.currency,
-            "payment_method": self.payment_method,
-            "description": self.description,
-            "metadata": self.metadata,
-            "status": self.status.as_str(),
-            "payment_intent": self.payment_intent,
-            "next_action": self.next_action,
-            "failure": self.failure.as_ref().map(|f| json!({
-                "code": f.code,
-                "decline_code": f.decline_code,
-                "message": f.message,
-            })),
-            "created": self.created_at.format(&Rfc3339).unwrap_or_default(),
-        })
+        serde_json::to_value(self.view()).expect("a payment always serialises")
     }
+
+    /// The representation as its type, which the OpenAPI description documents.
+    pub fn view(&self) -> PaymentView {
+        PaymentView {
+            id: self.id.to_string(),
+            object: PaymentObject::Payment,
+            customer: CustomerId(self.customer_id).to_string(),
+            amount: self.amount,
+            amount_refunded: self.amount_refunded,
+            currency: self.currency.clone(),
+            payment_method: self.payment_method.clone(),
+            description: self.description.clone(),
+            metadata: self.metadata.clone(),
+            status: self.status,
+            payment_intent: self.payment_intent.clone(),
+            next_action: self.next_action.clone(),
+            failure: self.failure.as_ref().map(|f| FailureView {
+                code: f.code.clone(),
+                decline_code: f.decline_code.clone(),
+                message: f.message.clone(),
+            }),
+            created: self.created_at.format(&Rfc3339).unwrap_or_default(),
+        }
+    }
+}
+
+/// A payment as the API shows it. The members are serialised in this order, which is the order
+/// of the stored (and replayed) bodies: keep it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = Payment)]
+pub struct PaymentView {
+    /// `pay_` and 32 hex digits.
+    #[schema(pattern = "^pay_[0-9a-f]{32}$")]
+    pub id: String,
+    pub object: PaymentObject,
+    /// The customer whose API key created it: `cus_` and 32 hex digits.
+    #[schema(pattern = "^cus_[0-9a-f]{32}$")]
+    pub customer: String,
+    /// In the currency's minor unit (cents for USD).
+    #[schema(minimum = 1, maximum = 99_999_999)]
+    pub amount: i64,
+    /// How much of `amount` has been refunded, in the same minor unit (0 when none).
+    #[schema(minimum = 0, maximum = 99_999_999)]
+    pub amount_refunded: i64,
+    /// Lowercase ISO 4217.
+    #[schema(pattern = "^[a-z]{3}$")]
+    pub currency: String,
+    /// The Stripe PaymentMethod charged.
+    pub payment_method: String,
+    pub description: Option<String>,
+    /// The client's metadata, as sent.
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
+    pub metadata: Value,
+    pub status: PaymentStatus,
+    /// The Stripe PaymentIntent, once the gateway answered.
+    pub payment_intent: Option<String>,
+    /// Stripe's `next_action` while the payment is `requires_action` (3-D Secure), as Stripe sent it.
+    #[schema(value_type = Option<Object>)]
+    pub next_action: Option<Value>,
+    /// Why it failed, when it did.
+    pub failure: Option<FailureView>,
+    /// When payonce created it (RFC 3339).
+    #[schema(format = DateTime)]
+    pub created: String,
+}
+
+/// The `object` member of a payment: always `payment`.
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PaymentObject {
+    Payment,
+}
+
+/// Why a payment failed, as the gateway said (`not_charged` when payonce gave it up).
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = PaymentFailure)]
+pub struct FailureView {
+    pub code: String,
+    pub decline_code: Option<String>,
+    pub message: String,
 }
 
 #[cfg(test)]

@@ -25,19 +25,55 @@ const NUL: &str = "must not contain the NUL character (\\u0000)";
 /// The request body exactly as the client may send it: a JSON object (see the `Deserialize`
 /// impl below). Unknown fields are refused rather than ignored: a typo in an optional field
 /// (`"metdata"`) should not silently charge without it.
-#[derive(Debug, Deserialize)]
+///
+/// Its OpenAPI schema (the `schema` attributes) says exactly what [`CreatePayment::validate`]
+/// accepts, except the currency: any three letters pass the schema, and one Stripe does not
+/// support is a 400.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct CreatePayment {
     /// Amount in the currency's minor unit (cents for USD).
+    #[schema(minimum = 1, maximum = 99_999_999)]
     pub amount: i64,
-    /// ISO 4217 code, any case.
+    /// ISO 4217 code, any case, of a currency Stripe supports.
+    #[schema(pattern = "^[A-Za-z]{3}$", example = "usd")]
     pub currency: String,
     /// A Stripe PaymentMethod id (`pm_…`).
+    #[schema(pattern = "^pm_[A-Za-z0-9_]{1,252}$", example = "pm_card_visa")]
     pub payment_method: String,
+    /// Free text, shown on the PaymentIntent.
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = "^[^\\u0000]*$")]
     pub description: Option<String>,
+    /// Your own keys and values, kept on the PaymentIntent.
     #[serde(default)]
+    #[schema(schema_with = metadata_schema)]
     pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// A text without NUL, as a JSON Schema pattern (PostgreSQL cannot store `\u0000`).
+const NUL_FREE: &str = "^[^\\u0000]*$";
+
+/// The OpenAPI schema of `metadata`: exactly what [`CreatePayment::validate`] accepts.
+fn metadata_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    let name = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_METADATA_KEY_LEN))
+        .pattern(Some(format!("^(?!{RESERVED_METADATA_PREFIX})[^\\[\\]\\u0000]*$")));
+    let value =
+        ObjectBuilder::new().schema_type(Type::String).max_length(Some(MAX_METADATA_VALUE_LEN)).pattern(Some(NUL_FREE));
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::Object, Type::Null]))
+        .description(Some(
+            "Up to 47 keys of your own (Stripe allows 50; payonce adds three): names of 1 to 40 characters, without \
+             `[` or `]` and not starting with `payonce_`; values of at most 500 characters.",
+        ))
+        .max_properties(Some(MAX_METADATA_KEYS))
+        .property_names(Some(name))
+        .additional_properties(Some(value))
+        .build()
 }
 
 /// Only from a JSON object. serde's derive also accepts a struct as a sequence of its fields in
@@ -76,7 +112,7 @@ pub struct NewPayment {
 }
 
 /// One invalid field, reported to the client in the problem's `errors` member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct FieldError {
     /// The field's JSON path, e.g. `amount` or `metadata.order`.
     pub field: String,

@@ -34,7 +34,8 @@ pub enum Receipt {
 }
 
 /// The effect of a new event (the inbox's `effect` column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Effect {
     /// The payment moved forward.
     Applied,

@@ -1,6 +1,7 @@
 //! The refund resource: its row, its public id and its JSON representation.
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
@@ -83,20 +84,75 @@ impl Refund {
 
     /// The API representation (`GET /v1/refunds/{id}`, and the body of the 201).
     pub fn to_json(&self) -> Value {
-        json!({
-            "id": self.id.to_string(),
-            "object": "refund",
-            "payment": self.payment_id.to_string(),
-            "amount": self.amount,
-            "currency": self.currency,
-            "reason": self.reason,
-            "metadata": self.metadata,
-            "status": self.status.as_str(),
-            "gateway_refund": self.gateway_refund,
-            "failure": self.failure.as_ref().map(|(code, message)| json!({"code": code, "message": message})),
-            "created": self.created_at.format(&Rfc3339).unwrap_or_default(),
-        })
+        serde_json::to_value(self.view()).expect("a refund always serialises")
     }
+
+    /// The representation as its type, which the OpenAPI description documents.
+    pub fn view(&self) -> RefundView {
+        RefundView {
+            id: self.id.to_string(),
+            object: RefundObject::Refund,
+            payment: self.payment_id.to_string(),
+            amount: self.amount,
+            currency: self.currency.clone(),
+            reason: self.reason.clone(),
+            metadata: self.metadata.clone(),
+            status: self.status.as_str(),
+            gateway_refund: self.gateway_refund.clone(),
+            failure: self
+                .failure
+                .as_ref()
+                .map(|(code, message)| RefundFailure { code: code.clone(), message: message.clone() }),
+            created: self.created_at.format(&Rfc3339).unwrap_or_default(),
+        }
+    }
+}
+
+/// A refund as the API shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = Refund)]
+pub struct RefundView {
+    /// `re_` and 32 hex digits.
+    #[schema(pattern = "^re_[0-9a-f]{32}$")]
+    pub id: String,
+    pub object: RefundObject,
+    /// The payment refunded: `pay_` and 32 hex digits.
+    #[schema(pattern = "^pay_[0-9a-f]{32}$")]
+    pub payment: String,
+    /// In the currency's minor unit.
+    #[schema(minimum = 1)]
+    pub amount: i64,
+    /// Lowercase ISO 4217, the payment's.
+    #[schema(pattern = "^[a-z]{3}$")]
+    pub currency: String,
+    pub reason: Option<String>,
+    /// The client's metadata, as sent.
+    #[schema(value_type = std::collections::BTreeMap<String, String>)]
+    pub metadata: Value,
+    /// `pending` until the gateway confirms it, then `succeeded` or `failed`.
+    #[schema(value_type = String, pattern = "^(pending|succeeded|failed)$")]
+    pub status: &'static str,
+    /// Stripe's refund id, once the gateway answered.
+    pub gateway_refund: Option<String>,
+    /// Why it failed, when it did.
+    pub failure: Option<RefundFailure>,
+    /// When payonce created it (RFC 3339).
+    #[schema(format = DateTime)]
+    pub created: String,
+}
+
+/// The `object` member of a refund: always `refund`.
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RefundObject {
+    Refund,
+}
+
+/// Why a refund failed, as the gateway said.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct RefundFailure {
+    pub code: String,
+    pub message: String,
 }
 
 #[cfg(test)]

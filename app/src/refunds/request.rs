@@ -15,10 +15,11 @@ pub const MAX_METADATA_KEYS: usize = 46;
 pub const REASONS: [&str; 3] = ["duplicate", "fraudulent", "requested_by_customer"];
 
 /// The request body exactly as the client may send it: a JSON object. Unknown fields are refused.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct CreateRefund {
     /// The payment to refund (`pay_…`).
+    #[schema(pattern = "^pay_[0-9a-fA-F]{32}$")]
     pub payment: String,
     /// In the payment currency's minor unit; default: all that remains.
     #[serde(default)]

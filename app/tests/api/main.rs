@@ -17,6 +17,7 @@ mod input;
 mod keys;
 mod lab;
 mod login;
+mod openapi;
 mod outage;
 mod pending;
 mod reconcile;
