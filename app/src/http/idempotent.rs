@@ -6,14 +6,13 @@
 //! there is none yet, already shaped as the API's errors (409 + Retry-After, 422, 503).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::response::Response;
 use tracing::Instrument;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::idempotency::{Answer, Busy, Idempotent, Operation, SubmitError};
+use crate::idempotency::{Answer, Idempotent, Operation, SubmitError};
 
 /// Runs `op` through `operation` to its final answer.
 ///
@@ -23,17 +22,9 @@ pub async fn execute(state: AppState, operation: Arc<dyn Idempotent>, op: Operat
     let task = async move {
         match state.engine.submit(operation.as_ref(), &op, &state.owner).await {
             Ok(answer) => Ok(answer),
-            Err(SubmitError::Busy { retry_after, reason }) => {
-                // A live lease says when the key is certainly resolvable (finished, or free to
-                // take over if its holder died). A live holder finishes its gateway call, or
-                // gives the key back, within the gateway timeout: a retry is useful after the
-                // sooner. A backoff or a spent budget says exactly when the key may be taken.
-                let retry_after = match reason {
-                    Busy::InFlight => retry_after.min(state.gateway.timeout()).max(Duration::from_secs(1)),
-                    Busy::Backoff | Busy::Reconciling => retry_after,
-                };
-                Err(ApiError::InFlight { retry_after, reason })
-            }
+            // The engine's Retry-After, as its `conflict` event recorded it (a live lease capped
+            // at the gateway timeout; a backoff or a spent budget exactly when the key may be taken).
+            Err(SubmitError::Busy { retry_after, reason }) => Err(ApiError::InFlight { retry_after, reason }),
             Err(SubmitError::Claim(err)) => Err(err.into()),
             Err(SubmitError::Process(err)) => Err(err.into()),
         }
