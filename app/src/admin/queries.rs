@@ -531,3 +531,82 @@ pub async fn recent_refusal(pool: &PgPool, window_secs: f64) -> sqlx::Result<Opt
     .await
 }
 
+/// A payment, whoever's it is, for its page.
+pub struct PaymentDetail {
+    pub id: Uuid,
+    pub customer_id: Uuid,
+    pub customer_name: String,
+    /// The key that created it (kept after the key expired); `None` for the lab's payments.
+    pub key_id: Option<Uuid>,
+    /// That key's client key, while the key exists.
+    pub client_key: Option<String>,
+    pub amount: i64,
+    /// Refunded or being refunded: the sum of its pending and succeeded refunds.
+    pub amount_refunded: i64,
+    pub currency: String,
+    pub payment_method: String,
+    pub description: Option<String>,
+    pub status: String,
+    pub payment_intent: Option<String>,
+    pub failure_message: Option<String>,
+    pub created_at: OffsetDateTime,
+}
+
+pub async fn payment(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<PaymentDetail>> {
+    sqlx::query_as!(
+        PaymentDetail,
+        r#"
+        select p.id, p.customer_id, c.name as customer_name, p.key_id, k.key as "client_key?", p.amount,
+               p.amount_refunded, p.currency, p.payment_method, p.description, p.status,
+               p.gateway_payment_intent_id as payment_intent, p.failure_message, p.created_at
+        from payments p
+        join customers c on c.id = p.customer_id
+        left join idempotency_keys k on k.id = p.key_id
+        where p.id = $1
+        "#,
+        id,
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// One refund of a payment, for the payment's page.
+pub struct PaymentRefund {
+    pub id: Uuid,
+    pub key_id: Uuid,
+    /// Its key's client key, while the key exists (or from its tombstone once it expired).
+    pub client_key: Option<String>,
+    pub amount: i64,
+    pub currency: String,
+    pub reason: Option<String>,
+    pub status: String,
+    pub gateway_refund_id: Option<String>,
+    pub failure_message: Option<String>,
+    pub created_at: OffsetDateTime,
+    /// Who asked for it, from its `refund_created` event: `operator:<name>`, or `customer` for
+    /// the customer's own; `None` once the event is gone (past the event retention).
+    pub by: Option<String>,
+}
+
+/// A payment's refunds, newest first.
+pub async fn refunds_of(pool: &PgPool, payment: Uuid) -> sqlx::Result<Vec<PaymentRefund>> {
+    sqlx::query_as!(
+        PaymentRefund,
+        r#"
+        select r.id, r.key_id,
+               coalesce(k.key, (select e.detail->>'key' from idempotency_events e
+                                where e.key_id = r.key_id and e.kind = 'expired' order by e.id desc limit 1))
+                   as client_key,
+               r.amount, r.currency, r.reason, r.status, r.gateway_refund_id, r.failure_message, r.created_at,
+               (select coalesce(e.detail->>'by', 'customer') from idempotency_events e
+                where e.key_id = r.key_id and e.kind = 'refund_created' order by e.id limit 1) as by
+        from refunds r
+        left join idempotency_keys k on k.id = r.key_id
+        where r.payment_id = $1
+        order by r.id desc
+        "#,
+        payment,
+    )
+    .fetch_all(pool)
+    .await
+}
