@@ -500,3 +500,72 @@ async fn a_gateway_outage_is_a_message_and_the_same_form_resumes() {
     assert_eq!(refund_rows(&app).await.iter().map(|r| r.2.clone()).collect::<Vec<_>>(), ["succeeded"]);
     assert_eq!(ledger_refunds(&app).await.len(), 1);
 }
+
+/// In a real browser (headless Chromium): a double click on the refund button, while the gateway
+/// is slow, is one refund, and the page the browser ends on says what was refunded; Back returns
+/// to the very form that was sent, with its key, and sending it again is that same refund.
+#[tokio::test]
+async fn in_a_browser_a_double_click_and_back_are_one_refund() {
+    use fantoccini::actions::{InputSource, MOUSE_BUTTON_LEFT, MouseActions, PointerAction};
+
+    use crate::browser::{ADMIN, PASSWORD};
+    use crate::chromium::Browser;
+
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let acme = app.customer("acme").await;
+    let pay = paid(&app, &acme, "order-1", 10_000).await;
+    let browser = Browser::start().await;
+    let path = format!("/admin/payments/{pay}");
+    browser.goto(&app.url(&path)).await;
+    browser.wait_for_path("/admin/login").await;
+    browser.fill("name", ADMIN).await;
+    browser.fill("password", PASSWORD).await;
+    browser.click("form.stacked button[type=submit]").await;
+    browser.wait_for_path(&path).await;
+    browser.wait_for_text("Remaining").await;
+    browser.click("#refund-summary").await;
+    let key = browser.find("input[name=key]").await.attr("value").await.unwrap().expect("the form's key");
+    assert_eq!(browser.find("#refund-key").await.text().await.unwrap(), key, "the form shows its key");
+    browser.fill("refund-amount", "40.00").await;
+    browser.screenshot("admin-payment-refund-form").await;
+
+    // The gateway takes a second: the second click arrives while the first is in flight.
+    app.set_faults(json!({"latency_ms": 1000, "operations": ["create_refund"]})).await;
+    let button = browser.find("#refund").await;
+    let double_click = MouseActions::new("mouse".into())
+        .then(PointerAction::MoveToElement { element: button, duration: None, x: 0.0, y: 0.0 })
+        .then(PointerAction::Down { button: MOUSE_BUTTON_LEFT })
+        .then(PointerAction::Up { button: MOUSE_BUTTON_LEFT })
+        .then(PointerAction::Pause { duration: std::time::Duration::from_millis(120) })
+        .then(PointerAction::Down { button: MOUSE_BUTTON_LEFT })
+        .then(PointerAction::Up { button: MOUSE_BUTTON_LEFT });
+    browser.client.perform_actions(double_click).await.expect("double click");
+    browser.wait_for_path(&format!("{path}?form={key}")).await;
+    browser.wait_for_text("refund re_").await;
+    let said = browser.text().await;
+    assert!(
+        said.contains("it refunded 40.00 USD (refund re_") || said.contains("Refunded 40.00 USD: refund re_"),
+        "the page says what the double click refunded: {said}"
+    );
+    browser.screenshot("admin-payment-refunded").await;
+    let refunds = refund_rows(&app).await;
+    assert_eq!(refunds.len(), 1, "one refund for the double click: {refunds:?}");
+    assert_eq!(refunds[0].1, 4000);
+    assert_eq!(ledger_refunds(&app).await.len(), 1, "one gateway refund for the double click");
+
+    // Back to the very form that was sent, and Refund again: a replay, not a second refund.
+    app.set_faults(json!({})).await;
+    browser.client.back().await.unwrap();
+    browser.wait_for_text("Remaining").await;
+    assert_eq!(browser.path().await, path);
+    let again = browser.find("input[name=key]").await.attr("value").await.unwrap().expect("the form's key");
+    assert_eq!(again, key, "the back button shows the page as it was, with its key");
+    browser.client.execute("document.querySelector('.actions details').open = true", vec![]).await.unwrap();
+    browser.fill("refund-amount", "40.00").await;
+    browser.click("#refund").await;
+    browser.wait_for_text("This form was already sent: it refunded 40.00 USD").await;
+    assert_eq!(refund_rows(&app).await.len(), 1, "sending the form again refunded nothing more");
+    assert_eq!(ledger_refunds(&app).await.len(), 1);
+    browser.close().await;
+}
