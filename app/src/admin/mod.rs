@@ -1,4 +1,5 @@
-//! The admin dashboard: the state of every key at a glance, and the operator's two actions.
+//! The admin dashboard: the state of every key at a glance, the operator's two actions on keys,
+//! and refunds made from a payment's page.
 //!
 //! Server-rendered HTML (askama templates in `templates/admin/`), usable without JavaScript; the
 //! vendored htmx only refreshes the live parts of a page. Every page needs a signed-in operator
@@ -10,6 +11,8 @@
 //! queries    what the pages show, read from idempotency_keys, payments and idempotency_events
 //! chart      the outcomes chart, drawn as SVG on the server
 //! pages      /admin (overview), /admin/keys, /admin/keys/{id} and its two actions
+//! payment    /admin/payments/{id}: a payment, its refunds, and the refund form (the API's
+//!            idempotent path, under a key generated with the page)
 //! gateway    /admin/gateway: the simulator's faults, and the double-charge audit
 //! lab        /admin/lab: the claim-strategy lab's storms, run and stored (lab mode only)
 //! ```
@@ -19,10 +22,12 @@
 //! ```text
 //! GET  /admin/login  POST /admin/login  POST /admin/logout
 //! GET  /admin                                overview: counts by state, outcomes chart
-//! GET  /admin/keys?state=&customer=&q=&before=&after=
-//! GET  /admin/keys/{id}                      one key: facts, response, payment, timeline
+//! GET  /admin/keys?state=&operation=&customer=&q=&before=&after=
+//! GET  /admin/keys/{id}                      one key: facts, response, payment or refund, timeline
 //! POST /admin/keys/{id}/release              release a stuck key (fenced by lease_token)
 //! POST /admin/keys/{id}/expire               expire a final key now (fenced by lease_token)
+//! GET  /admin/payments/{id}                  one payment (`pay_…`): refunded, remaining, its refunds
+//! POST /admin/payments/{id}/refunds          refund it (form: key, amount, reason): idempotent by key
 //! GET  /admin/gateway  POST /admin/gateway/faults   (only while the gateway is a simulator)
 //! GET  /admin/lab  POST /admin/lab/runs  GET /admin/lab/runs/{id}   (lab mode only)
 //! ```
@@ -33,6 +38,7 @@ mod gateway;
 mod lab;
 mod login;
 mod pages;
+mod payment;
 mod queries;
 
 use axum::Router;
@@ -61,6 +67,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
     Router::new()
         .merge(login::router())
         .merge(pages::router())
+        .merge(payment::router())
         .merge(gateway::router())
         .merge(lab::router())
         .layer(axum::middleware::from_fn_with_state(

@@ -14,9 +14,10 @@ use super::queries::{self, Counts, Cursor, KeyFilter};
 use super::{Chrome, Operator, parse_customer};
 use crate::customers::CustomerId;
 use crate::http::AppState;
-use crate::idempotency::StoredResponse;
 use crate::idempotency::operator::{ActionResult, Refusal};
+use crate::idempotency::{EventKind, StoredResponse};
 use crate::payments::store;
+use crate::refunds;
 use crate::web::flash::Flash;
 use crate::web::page::{self, WebError};
 use crate::web::{ago, clock, money, rfc3339};
@@ -210,6 +211,8 @@ struct KeysPage {
     q: String,
     /// (value, label, selected) for the status filter.
     statuses: Vec<(&'static str, &'static str, bool)>,
+    /// (value, label, selected) for the operation filter.
+    operations: Vec<(&'static str, &'static str, bool)>,
     /// (value, name, selected) for the customer filter.
     customers: Vec<(String, String, bool)>,
     /// This page's URL, which the live refresh reloads.
@@ -223,6 +226,8 @@ struct KeysPage {
 struct KeyRowView {
     id: String,
     key: String,
+    /// `payment`, `refund`: what the key was used for (its route).
+    operation: String,
     customer: String,
     status: String,
     /// The badge's CSS classes.
@@ -246,6 +251,8 @@ struct KeysQuery {
     #[serde(default)]
     state: String,
     #[serde(default)]
+    operation: String,
+    #[serde(default)]
     customer: String,
     #[serde(default)]
     q: String,
@@ -259,7 +266,9 @@ impl KeysQuery {
     /// The URL of the keys table with this query's filters and the given cursor.
     fn url(&self, cursor: Option<(&str, Uuid)>) -> String {
         let mut query = form_urlencoded::Serializer::new(String::new());
-        for (name, value) in [("state", &self.state), ("customer", &self.customer), ("q", &self.q)] {
+        let filters =
+            [("state", &self.state), ("operation", &self.operation), ("customer", &self.customer), ("q", &self.q)];
+        for (name, value) in filters {
             if !value.is_empty() {
                 query.append_pair(name, value);
             }
@@ -280,12 +289,14 @@ async fn keys(
 ) -> Result<Response, WebError> {
     let pool = state.engine.pool();
     let status = queries::STATUSES.iter().find(|(value, _)| *value == query.state).map(|(value, _)| *value);
+    let operation = queries::OPERATIONS.iter().find(|(value, ..)| *value == query.operation);
     let customer = parse_customer(&query.customer);
     let search = query.q.trim();
     let filter = KeyFilter {
         status: status.map(str::to_owned),
         customer,
         search: (!search.is_empty()).then(|| search.to_owned()),
+        route: operation.map(|(_, route, _)| (*route).to_owned()),
     };
     let cursor = match (Uuid::try_parse(&query.before), Uuid::try_parse(&query.after)) {
         (Ok(before), _) => Cursor::Before(before),
@@ -307,6 +318,7 @@ async fn keys(
             KeyRowView {
                 id: row.id.to_string(),
                 key: row.key,
+                operation: queries::operation_of(&row.route).to_owned(),
                 customer: row.customer_name,
                 why: if row.status == "stuck" {
                     stuck_why(
@@ -345,6 +357,10 @@ async fn keys(
         total: result.total,
         q: query.q.clone(),
         statuses: queries::STATUSES.iter().map(|(value, label)| (*value, *label, Some(*value) == status)).collect(),
+        operations: queries::OPERATIONS
+            .iter()
+            .map(|(value, _, label)| (*value, *label, operation.is_some_and(|(chosen, ..)| chosen == value)))
+            .collect(),
         customers,
         url: query.url(match cursor {
             Cursor::Newest => None,
@@ -371,6 +387,11 @@ struct KeyPage {
     /// What remains of the key once it expired.
     tombstone: Option<TombstoneView>,
     payment: Option<PaymentView>,
+    /// `payment`, `refund` (or an unknown route): which of `payment` and `refund` is shown.
+    operation: String,
+    refund: Option<RefundFacts>,
+    /// What the page says when a refund key has no refund row.
+    refund_missing: &'static str,
     events: Vec<EventView>,
 }
 
@@ -431,6 +452,21 @@ struct PaymentView {
     failure: String,
 }
 
+/// The refund a refund key made.
+struct RefundFacts {
+    id: String,
+    amount: String,
+    status: &'static str,
+    gateway_refund: String,
+    /// The payment it refunds (`pay_…`), linked to its page.
+    payment: String,
+    reason: String,
+    /// `operator:<name>` for a refund made from the dashboard; empty for the customer's own.
+    by: String,
+    failure: String,
+    created: String,
+}
+
 struct EventView {
     at: String,
     at_iso: String,
@@ -461,22 +497,58 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
     }
     let tombstone = match key {
         Some(_) => None,
-        None => queries::tombstone(pool, id).await?.map(|t| {
-            let (badge, outcome) = badge(t.state.as_deref().unwrap_or("expired"), t.response_status, false);
-            TombstoneView {
-                key: t.key.unwrap_or_default(),
-                customer: t.customer_name.unwrap_or_else(|| "(deleted customer)".to_owned()),
-                customer_id: CustomerId(t.customer_id).to_string(),
-                outcome,
-                badge,
-                response_status: t.response_status.map(|s| s.to_string()).unwrap_or_default(),
-                attempts: t.attempts.map(|a| a.to_string()).unwrap_or_default(),
-                by: t.by.unwrap_or_else(|| "the reaper, at the end of its retention".to_owned()),
-                expired_at: rfc3339(t.expired_at),
-            }
-        }),
+        None => queries::tombstone(pool, id).await?,
     };
-    let payment = store::find_by_key(pool, id).await?.map(|p| PaymentView {
+    // A refund key's refund (refunds keep their key's id, so it outlives the key).
+    let refund = refunds::store::find_by_key(pool, id).await?;
+    // The key's route says what it was for; a key known only from its events is a refund's if a
+    // refund was made under it.
+    let route = match (&key, &tombstone) {
+        (Some(k), _) => k.route.clone(),
+        (None, Some(t)) => t.route.clone(),
+        (None, None) if refund.is_some() => refunds::ROUTE.to_owned(),
+        (None, None) => crate::payments::ROUTE.to_owned(),
+    };
+    let tombstone = tombstone.map(|t| {
+        let (badge, outcome) = badge(t.state.as_deref().unwrap_or("expired"), t.response_status, false);
+        TombstoneView {
+            key: t.key.unwrap_or_default(),
+            customer: t.customer_name.unwrap_or_else(|| "(deleted customer)".to_owned()),
+            customer_id: CustomerId(t.customer_id).to_string(),
+            outcome,
+            badge,
+            response_status: t.response_status.map(|s| s.to_string()).unwrap_or_default(),
+            attempts: t.attempts.map(|a| a.to_string()).unwrap_or_default(),
+            by: t.by.unwrap_or_else(|| "the reaper, at the end of its retention".to_owned()),
+            expired_at: rfc3339(t.expired_at),
+        }
+    });
+    let operation = queries::operation_of(&route).to_owned();
+    // Who asked for it: the refund's first write names an operator on its event.
+    let by = events
+        .iter()
+        .find(|e| e.kind == EventKind::RefundCreated.as_str())
+        .and_then(|e| e.detail.get("by")?.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let refund = refund.map(|(r, _)| RefundFacts {
+        id: r.id.to_string(),
+        amount: money(r.amount, &r.currency),
+        status: r.status.as_str(),
+        gateway_refund: r.gateway_refund.unwrap_or_default(),
+        payment: r.payment_id.to_string(),
+        reason: r.reason.unwrap_or_default(),
+        by,
+        failure: r.failure.map(|(code, message)| format!("{message} ({code})")).unwrap_or_default(),
+        created: rfc3339(r.created_at),
+    });
+    let refund_missing = match &key {
+        Some(k) if k.recovery_point == "started" => "yet: the key is at started, before the refund row is written",
+        Some(_) => "yet",
+        None => "remains: the key ended before a refund row was written",
+    };
+    let payment = if route == refunds::ROUTE { None } else { store::find_by_key(pool, id).await? };
+    let payment = payment.map(|p| PaymentView {
         id: p.id.to_string(),
         amount: money(p.amount, &p.currency),
         payment_method: p.payment_method,
@@ -557,8 +629,17 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
             },
         })
         .collect();
-    let page =
-        KeyPage { id: id.to_string(), key, tombstone, payment, events, chrome: operator.chrome(&state, "keys").await? };
+    let page = KeyPage {
+        id: id.to_string(),
+        key,
+        tombstone,
+        payment,
+        operation,
+        refund,
+        refund_missing,
+        events,
+        chrome: operator.chrome(&state, "keys").await?,
+    };
     page::render(StatusCode::OK, &page)
 }
 

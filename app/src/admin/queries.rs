@@ -1,5 +1,6 @@
 //! What the dashboard shows, read straight from the engine's tables. Read-only: every write the
-//! dashboard makes goes through [`crate::idempotency::operator`].
+//! dashboard makes goes through the engine, [`crate::idempotency::operator`] for the actions on a
+//! key and [`crate::http::refunds::execute`] (the API's own path) for a refund.
 //!
 //! A key's *status* on the dashboard refines its `state` column by its lease:
 //!
@@ -24,6 +25,18 @@ pub const STATUSES: [(&str, &str); 5] = [
     ("failed", "Failed"),
     ("expired", "Expired"),
 ];
+
+/// The operations a key can be filtered by: (filter value, the route its keys record, label).
+/// The engine scopes every key to the route it was first used on, so the route *is* the
+/// operation.
+pub const OPERATIONS: [(&str, &str, &str); 2] =
+    [("payment", crate::payments::ROUTE, "Payments"), ("refund", crate::refunds::ROUTE, "Refunds")];
+
+/// The operation of a key recorded on `route`: `payment`, `refund`, or the route itself for one
+/// this version does not know.
+pub fn operation_of(route: &str) -> &str {
+    OPERATIONS.iter().find(|(_, r, _)| *r == route).map_or(route, |(operation, ..)| *operation)
+}
 
 /// Keys by status.
 #[derive(Debug, Default)]
@@ -95,6 +108,8 @@ pub struct KeyRow {
     pub id: Uuid,
     pub key: String,
     pub customer_name: String,
+    /// The route the key was claimed on: which operation it belongs to.
+    pub route: String,
     pub status: String,
     pub recovery_point: String,
     pub lease_token: i64,
@@ -147,6 +162,8 @@ pub struct KeyFilter {
     pub customer: Option<Uuid>,
     /// A substring of the client's key.
     pub search: Option<String>,
+    /// Only keys of this route (an operation of [`OPERATIONS`]).
+    pub route: Option<String>,
 }
 
 /// Where a page of the keys table starts.
@@ -189,7 +206,7 @@ pub async fn keys(
         KeyRow,
         r#"
         with keyed as (
-            select k.id, k.key, k.customer_id, c.name as customer_name,
+            select k.id, k.key, k.customer_id, c.name as customer_name, k.route,
                    case when k.state = 'processing' and k.locked_until > now() then 'in_flight'
                         when k.state = 'processing' then 'stuck'
                         else k.state end as status,
@@ -217,8 +234,13 @@ pub async fn keys(
               and ($1::text is null or $1 <> 'expired')
             union all
             -- The tombstones: a key deleted at its expiry (or by an operator) is listed as expired.
+            -- Tombstones name their route since this version; an older one is a refund's if a refund
+            -- was made under it (refunds keep their key's id), a payment's otherwise.
             select e.key_id, coalesce(e.detail->>'key', '(unknown: expired before payonce kept it)'), e.customer_id,
-                   coalesce(c.name, '(deleted customer)'), 'expired',
+                   coalesce(c.name, '(deleted customer)'),
+                   coalesce(e.detail->>'route',
+                            case when exists (select from refunds r where r.key_id = e.key_id) then $12::text else $13::text end),
+                   'expired',
                    coalesce(e.detail->>'recovery_point', 'finished'), coalesce(e.lease_token, 0), null,
                    coalesce((e.detail->>'attempts')::int4, 0), (e.detail->>'response_status')::int2,
                    e.created_at - coalesce((e.detail->>'age_secs')::float8, 0) * interval '1 second',
@@ -232,9 +254,10 @@ pub async fn keys(
               and ($3::text is null or strpos(e.detail->>'key', $3) > 0)
         ), matching as (
             -- Counted after every filter, before paging: the total is what the filters match.
-            select *, count(*) over () as total from keyed where ($1::text is null or status = $1)
+            select *, count(*) over () as total from keyed
+            where ($1::text is null or status = $1) and ($11::text is null or route = $11)
         )
-        select id as "id!", key as "key!", customer_name as "customer_name!",
+        select id as "id!", key as "key!", customer_name as "customer_name!", route as "route!",
                status as "status!", recovery_point as "recovery_point!", lease_token as "lease_token!",
                lease_owner, attempts as "attempts!", response_status, created_at as "created_at!",
                age_secs as "age_secs!", lease_remaining_secs, heartbeat_age_secs, held_secs, next_attempt_secs, exhausted,
@@ -255,6 +278,9 @@ pub async fn keys(
         budget.horizon_secs,
         budget.base_secs,
         budget.cap_secs,
+        filter.route,
+        crate::refunds::ROUTE,
+        crate::payments::ROUTE,
     )
     .fetch_all(pool)
     .await?;
@@ -366,6 +392,9 @@ pub struct Tombstone {
     pub by: Option<String>,
     pub attempts: Option<i32>,
     pub expired_at: OffsetDateTime,
+    /// The route it was claimed on (for tombstones older than the route in them: a refund's if a
+    /// refund was made under it).
+    pub route: String,
 }
 
 pub async fn tombstone(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Tombstone>> {
@@ -374,13 +403,18 @@ pub async fn tombstone(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Tombs
         r#"
         select e.detail->>'key' as key, e.customer_id, c.name as "customer_name?",
                e.detail->>'state' as state, (e.detail->>'response_status')::int2 as response_status,
-               e.detail->>'by' as by, (e.detail->>'attempts')::int4 as attempts, e.created_at as expired_at
+               e.detail->>'by' as by, (e.detail->>'attempts')::int4 as attempts, e.created_at as expired_at,
+               coalesce(e.detail->>'route',
+                        case when exists (select from refunds r where r.key_id = e.key_id) then $2::text else $3::text end)
+                   as "route!"
         from idempotency_events e
         left join customers c on c.id = e.customer_id
         where e.key_id = $1 and e.kind = 'expired'
         order by e.id desc limit 1
         "#,
         key_id,
+        crate::refunds::ROUTE,
+        crate::payments::ROUTE,
     )
     .fetch_optional(pool)
     .await
@@ -494,5 +528,85 @@ pub async fn recent_refusal(pool: &PgPool, window_secs: f64) -> sqlx::Result<Opt
         window_secs,
     )
     .fetch_optional(pool)
+    .await
+}
+
+/// A payment, whoever's it is, for its page.
+pub struct PaymentDetail {
+    pub id: Uuid,
+    pub customer_id: Uuid,
+    pub customer_name: String,
+    /// The key that created it (kept after the key expired); `None` for the lab's payments.
+    pub key_id: Option<Uuid>,
+    /// That key's client key, while the key exists.
+    pub client_key: Option<String>,
+    pub amount: i64,
+    /// Refunded or being refunded: the sum of its pending and succeeded refunds.
+    pub amount_refunded: i64,
+    pub currency: String,
+    pub payment_method: String,
+    pub description: Option<String>,
+    pub status: String,
+    pub payment_intent: Option<String>,
+    pub failure_message: Option<String>,
+    pub created_at: OffsetDateTime,
+}
+
+pub async fn payment(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<PaymentDetail>> {
+    sqlx::query_as!(
+        PaymentDetail,
+        r#"
+        select p.id, p.customer_id, c.name as customer_name, p.key_id, k.key as "client_key?", p.amount,
+               p.amount_refunded, p.currency, p.payment_method, p.description, p.status,
+               p.gateway_payment_intent_id as payment_intent, p.failure_message, p.created_at
+        from payments p
+        join customers c on c.id = p.customer_id
+        left join idempotency_keys k on k.id = p.key_id
+        where p.id = $1
+        "#,
+        id,
+    )
+    .fetch_optional(pool)
+    .await
+}
+
+/// One refund of a payment, for the payment's page.
+pub struct PaymentRefund {
+    pub id: Uuid,
+    pub key_id: Uuid,
+    /// Its key's client key, while the key exists (or from its tombstone once it expired).
+    pub client_key: Option<String>,
+    pub amount: i64,
+    pub currency: String,
+    pub reason: Option<String>,
+    pub status: String,
+    pub gateway_refund_id: Option<String>,
+    pub failure_message: Option<String>,
+    pub created_at: OffsetDateTime,
+    /// Who asked for it, from its `refund_created` event: `operator:<name>`, or `customer` for
+    /// the customer's own; `None` once the event is gone (past the event retention).
+    pub by: Option<String>,
+}
+
+/// A payment's refunds, newest first.
+pub async fn refunds_of(pool: &PgPool, payment: Uuid) -> sqlx::Result<Vec<PaymentRefund>> {
+    sqlx::query_as!(
+        PaymentRefund,
+        r#"
+        select r.id, r.key_id,
+               coalesce(k.key, (select e.detail->>'key' from idempotency_events e
+                                where e.key_id = r.key_id and e.kind = 'expired' order by e.id desc limit 1))
+                   as client_key,
+               r.amount, r.currency, r.reason, r.status, r.gateway_refund_id, r.failure_message, r.created_at,
+               (select coalesce(e.detail->>'by', 'customer') from idempotency_events e
+                where e.key_id = r.key_id and e.kind = 'refund_created' order by e.id limit 1) as by
+        from refunds r
+        left join idempotency_keys k on k.id = r.key_id
+        where r.payment_id = $1
+        order by r.id desc
+        "#,
+        payment,
+    )
+    .fetch_all(pool)
     .await
 }

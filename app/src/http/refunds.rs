@@ -1,5 +1,7 @@
 //! `/v1/refunds`: create (idempotent), show, list. The create handler is the whole of what an
-//! endpoint needs to be idempotent: validate, build the [`Operation`], [`idempotent::respond`].
+//! endpoint needs to be idempotent: validate, build the [`Operation`], run it through the engine
+//! ([`idempotent::execute`]). The dashboard's refund form runs the very same two functions
+//! ([`operation`], [`execute`]).
 
 use std::sync::Arc;
 
@@ -8,16 +10,17 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
 use super::openapi::problems;
 use super::payments::ListObject;
 use super::{AppState, idempotent};
-use crate::idempotency::{IdempotencyKey, Operation};
+use crate::idempotency::{Answer, IdempotencyKey, Operation};
 use crate::payments::PaymentId;
 use crate::refunds::model::RefundView;
-use crate::refunds::{self, CreateRefund, RefundId, Refunds, store};
+use crate::refunds::{self, CreateRefund, NewRefund, RefundId, Refunds, store};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create, list)).routes(routes!(show))
@@ -78,10 +81,29 @@ async fn create(
     Json(body): Json<CreateRefund>,
 ) -> Result<Response, ApiError> {
     let request = body.validate().map_err(ApiError::invalid_fields)?;
-    let request = serde_json::to_value(&request).map_err(|err| ApiError::Internal(err.to_string()))?;
-    let op = Operation::new(customer.id, key, "POST", refunds::ROUTE, request);
-    let operation = Arc::new(Refunds::new(state.gateway.clone()));
-    idempotent::respond(state, operation, op).await
+    let op = operation(customer.id, key, &request)?;
+    idempotent::respond(state.clone(), refunder(&state), op).await
+}
+
+/// The refund as the engine runs it.
+fn refunder(state: &AppState) -> Arc<Refunds> {
+    Arc::new(Refunds::new(state.gateway.clone()))
+}
+
+/// The idempotent operation of refunding `request` for a customer under a client key. The
+/// dashboard's refund form builds its refunds here too, so they are fingerprinted exactly like
+/// API requests.
+pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewRefund) -> Result<Operation, ApiError> {
+    let request = serde_json::to_value(request).map_err(|err| ApiError::Internal(err.to_string()))?;
+    Ok(Operation::new(customer_id, key, "POST", refunds::ROUTE, request))
+}
+
+/// Runs a refund operation through the engine to its final answer (new, replayed, or refused by
+/// the payment), or fails with why it has none yet (in flight, gateway unavailable, …). Used by
+/// the API and by the dashboard's refund form.
+pub async fn execute(state: AppState, op: Operation) -> Result<Answer, ApiError> {
+    let operation = refunder(&state);
+    idempotent::execute(state, operation, op).await
 }
 
 /// One of the caller's refunds, as it is now; anyone else's is a 404.

@@ -76,14 +76,15 @@ impl Engine {
             with expired as (
                 delete from idempotency_keys
                  where id = $1 and lease_token = $2 and state <> 'processing'
-                returning id, customer_id, key, lease_token, state, attempts, response_status, created_at
+                returning id, customer_id, key, lease_token, state, attempts, response_status, created_at, route
             ), event as (
                 -- The key's tombstone: enough to find it and tell what became of it.
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'expired', lease_token,
                        jsonb_build_object('by', $3::text, 'state', state,
                                           'age_secs', extract(epoch from now() - created_at)::int8,
-                                          'key', key, 'attempts', attempts, 'response_status', response_status)
+                                          'key', key, 'attempts', attempts, 'response_status', response_status,
+                                          'route', route)
                 from expired
             )
             select count(*) as "expired!" from expired

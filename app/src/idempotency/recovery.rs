@@ -116,13 +116,14 @@ impl Engine {
                  using doomed
                  where k.id = doomed.id
                 returning k.id, k.customer_id, k.key, k.lease_token, k.state, k.attempts, k.response_status,
-                          k.created_at
+                          k.created_at, k.route
             ), event as (
                 -- The key's tombstone: enough to find it and tell what became of it.
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'expired', lease_token,
                        jsonb_build_object('state', state, 'age_secs', extract(epoch from now() - created_at)::int8,
-                                          'key', key, 'attempts', attempts, 'response_status', response_status)
+                                          'key', key, 'attempts', attempts, 'response_status', response_status,
+                                          'route', route)
                 from reaped
             )
             select count(*) as "reaped!" from reaped

@@ -6,8 +6,9 @@
 //!
 //! 1. [`Refunds::begin`], in the claim's transaction: lock the payment's row, check it is this
 //!    customer's, succeeded, and has the amount left; raise its `amount_refunded` by the refund's
-//!    amount (the *reservation*) and insert the pending refund. One commit for the key and the
-//!    refund; the row lock lasts as long as that transaction, never across the gateway call. A
+//!    amount (the *reservation*) and insert the pending refund and its `refund_created` event
+//!    (which names the operator, `detail.by`, for a refund made from the dashboard). One commit
+//!    for the key and the refund; the row lock lasts as long as that transaction, never across the gateway call. A
 //!    payment that is not there (or another customer's), not succeeded, or without enough left
 //!    rolls the claim back: the answer (404, 409) is not stored and the key stays unused.
 //! 2. `POST /v1/refunds` at the gateway with the downstream key [`gateway::refund_key`], under a
@@ -182,7 +183,8 @@ async fn reserve(
         ), event as (
             insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
             select $5, $2, 'refund_created', $8,
-                   jsonb_build_object('refund', $9::text, 'payment', $10::text, 'amount', $4::int8)
+                   jsonb_strip_nulls(jsonb_build_object('refund', $9::text, 'payment', $10::text, 'amount', $4::int8,
+                                                        'by', $11::text))
             from reserved
         )
         select created_at from refund
@@ -197,6 +199,7 @@ async fn reserve(
         lease.token,
         id.to_string(),
         payment.to_string(),
+        request.by,
     )
     .fetch_optional(&mut *conn)
     .await?

@@ -62,6 +62,13 @@ pub struct NewRefund {
     pub reason: Option<String>,
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// Who asked for it when it was not the customer: `operator:<name>` for a refund made from
+    /// the dashboard on the customer's behalf. Never from the API's body (which has no such
+    /// member), so a customer cannot claim to be an operator; part of the canonical request, so
+    /// it is fingerprinted and kept with the key, and the refund's first write records it on the
+    /// key's timeline (`refund_created`, `detail.by`) in the same statement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 impl NewRefund {
@@ -97,7 +104,7 @@ impl CreateRefund {
         if !errors.is_empty() {
             return Err(errors);
         }
-        Ok(NewRefund { payment: self.payment, amount: self.amount, reason: self.reason, metadata })
+        Ok(NewRefund { payment: self.payment, amount: self.amount, reason: self.reason, metadata, by: None })
     }
 }
 

@@ -3,6 +3,7 @@
 //! One test binary (one link step); one module per area of the contract.
 
 mod admin;
+mod admin_refunds;
 mod batch;
 mod browser;
 mod budget;
