@@ -690,7 +690,7 @@ async fn act(
             state.engine.operator_expire(id, seen, by).await?,
             seen,
             "only a completed or failed key can be expired; a processing key still has work to finish",
-            "Expired the key. Its payment stays; the same Idempotency-Key is now a new request.".to_owned(),
+            "Expired the key. What it created (its payment or refund) stays; the same Idempotency-Key is now a new request.".to_owned(),
         ),
     };
     operator.flash(message).await?;

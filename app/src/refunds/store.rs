@@ -129,23 +129,3 @@ pub async fn list(
     let refunds = rows.into_iter().map(Refund::try_from).collect::<sqlx::Result<_>>()?;
     Ok((refunds, has_more))
 }
-
-/// Every refund of a payment, newest first (the dashboard's payment page).
-pub async fn of_payment(pool: &PgPool, payment: Uuid) -> sqlx::Result<Vec<Refund>> {
-    sqlx::query_as!(
-        Row,
-        r#"
-        select id, customer_id, payment_id, amount, currency, reason, metadata, status,
-               gateway_refund_id, failure_code, failure_message, created_at
-        from refunds
-        where payment_id = $1
-        order by id desc
-        "#,
-        payment,
-    )
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(Refund::try_from)
-    .collect()
-}
