@@ -6,10 +6,12 @@
 # zero-config PostgreSQL), like the tests.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo test -p payonce --test api -- browser::the_fixed_pages_as_an_operator_sees_them browser::the_shop_fits_a_phone
+cargo test -p payonce --test api -- browser::the_fixed_pages_as_an_operator_sees_them browser::the_shop_fits_a_phone \
+    admin_refunds::in_a_browser_a_double_click_and_back_are_one_refund
 artifacts=target/browser-artifacts   # beside the sources, wherever CARGO_TARGET_DIR is (chromium.rs)
 for name in dashboard-overview dashboard-keys dashboard-key-stuck dashboard-key-expired dashboard-gateway-audit \
     shop-phone-home shop-phone-checkout; do
     cp "$artifacts/$name.png" "docs/images/$name.png"
 done
+cp "$artifacts/admin-payment-refunded.png" docs/images/dashboard-payment-refunds.png
 echo "updated $(ls docs/images/*.png | wc -l) screenshots in docs/images/"
