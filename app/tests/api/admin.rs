@@ -413,14 +413,14 @@ async fn keys_table_filters_and_pages() {
 }
 
 /// GETs a dashboard page as `client`; its body.
-async fn page(app: &TestApp, client: &Client, path: &str) -> String {
+pub(crate) async fn page(app: &TestApp, client: &Client, path: &str) -> String {
     let response = client.get(app.url(path)).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK, "{path}");
     response.text().await.unwrap()
 }
 
 /// The id of a client key's row.
-async fn key_id(app: &TestApp, key: &str) -> Uuid {
+pub(crate) async fn key_id(app: &TestApp, key: &str) -> Uuid {
     sqlx::query_scalar("select id from idempotency_keys where key = $1").bind(key).fetch_one(&app.db).await.unwrap()
 }
 

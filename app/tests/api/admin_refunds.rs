@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
-use crate::admin::sign_in;
+use crate::admin::{key_id, page, sign_in};
 use crate::browser::create_admin;
 use crate::helpers::{TestApp, browser_client as client, field, new_key, parts, payment};
 
@@ -43,18 +43,6 @@ async fn api_refund(app: &TestApp, api_key: &str, key: &str, body: Value) -> Val
 async fn ledger_refunds(app: &TestApp) -> Vec<Value> {
     let body: Value = reqwest::get(format!("{}_sim/refunds", app.sim_url)).await.unwrap().json().await.unwrap();
     body["refunds"].as_array().cloned().expect("a refunds array")
-}
-
-/// GETs a dashboard page; its body.
-async fn page(app: &TestApp, client: &Client, path: &str) -> String {
-    let response = client.get(app.url(path)).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK, "{path}");
-    response.text().await.unwrap()
-}
-
-/// The id of a client key's row.
-async fn key_id(app: &TestApp, key: &str) -> Uuid {
-    sqlx::query_scalar("select id from idempotency_keys where key = $1").bind(key).fetch_one(&app.db).await.unwrap()
 }
 
 /// The messages (flashes) of a page.
