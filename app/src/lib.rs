@@ -36,10 +36,14 @@
 //!   process      its recovery points (started → payment_created → finished): one short
 //!                statement each, the gateway call between them
 //!   reconcile    asking the gateway what became of it: spent keys, pending payments
-//!   webhook      Stripe's events, recorded in an inbox and applied once, forward only
+//!   webhook      Stripe's PaymentIntent events, applied forward only (a handler of the inbox)
 //! refunds        the refund resource, the second idempotent operation: its amount reserved on
 //!                the payment at the first write (the claim's transaction), so different keys
 //!                never refund more than was paid
+//!   webhook      Stripe's refund events, applied forward only (a handler of the inbox)
+//! inbox          the webhook inbox: each Stripe event recorded once (`webhook_events`) in the
+//!                transaction of its effect, handed by type to payments::webhook or
+//!                refunds::webhook, redeliveries noted on the timeline it went on
 //! gateway        Stripe through async-stripe (over a pooled transport), with a deterministic
 //!                downstream idempotency key
 //!   outcome      every answer as one of succeeded, declined, pending, refused, unknown
@@ -49,7 +53,7 @@
 //!                signed webhook deliveries, a ledger, faults
 //! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
 //!                problem responses, `POST /webhooks/stripe` (the signature checked, then
-//!                payments::webhook), and the OpenAPI description at `GET /openapi.json`
+//!                the inbox), and the OpenAPI description at `GET /openapi.json`
 //! web            what the HTML side shares: sessions, CSRF, flash messages, assets
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
 //! shop           a demo shop at / with a double-click-proof checkout
@@ -68,7 +72,8 @@
 //!
 //! sweeper ─► idempotency::recovery (abandoned keys) ─► payments::process (the same code)
 //!        └─► spent keys, pending payments ─► payments::reconcile ─► gateway (retrieve, replay, search)
-//! Stripe ─► POST /webhooks/stripe ─► payments::webhook (inbox + effect, one transaction)
+//! Stripe ─► POST /webhooks/stripe ─► inbox ─► payments::webhook | refunds::webhook
+//!                                         (the event's id and its effect, one transaction)
 //! ```
 //!
 //! Every gateway answer is one [`gateway::Outcome`]: succeeded and declined are the customer's
@@ -90,6 +95,7 @@ pub mod failpoint;
 pub mod gateway;
 pub mod http;
 pub mod idempotency;
+pub mod inbox;
 pub mod lab;
 pub mod listener;
 pub mod metrics;

@@ -105,7 +105,7 @@ impl Server {
                 // with the secret it issues for the endpoint.
                 let url = format!("http://{}{}", reachable(local), crate::http::webhooks::ROUTE);
                 let secret = gateway
-                    .register_webhook_endpoint(&url, &crate::payments::webhook::HANDLED)
+                    .register_webhook_endpoint(&url, &crate::http::webhooks::INBOX.subscriptions())
                     .await
                     .map_err(|err| {
                         StartError::Config(format!("could not register {url} with the built-in simulator: {err}"))

@@ -166,7 +166,7 @@ impl Sweeper {
             }
         }
         if let Err(err) =
-            crate::payments::webhook::purge(self.engine.pool(), self.settings.event_retention, DELETE_BATCH * 10).await
+            crate::inbox::purge(self.engine.pool(), self.settings.event_retention, DELETE_BATCH * 10).await
         {
             tracing::warn!(error = %err, "purging old webhook events failed");
             report.errors += 1;

@@ -9,9 +9,11 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-/// Drives payonce with double submits, retry storms or mixed traffic, then audits the Stripe
-/// simulator's ledger. Exits 0 when every key was charged at most once, every payment a client
-/// was told succeeded was charged, and every answer was one the scenario allows; 1 otherwise;
+/// Drives payonce with double submits, retry storms, mixed traffic or refund storms, then audits
+/// the Stripe simulator's ledger. Exits 0 when every key was charged at most once, every payment a client
+/// was told succeeded was charged, every answer was one the scenario allows, and (refund-storm)
+/// no payment was refunded beyond what it charged, with one gateway refund per key answered 201;
+/// 1 otherwise;
 /// 2 when the run could not be made.
 #[derive(Debug, Parser)]
 #[command(name = "payonce-loadtest", version, about, long_about = None)]
@@ -56,9 +58,13 @@ pub struct Cli {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
 
-    /// double-submit: requests sent with each key at the same instant.
+    /// double-submit, refund-storm: requests sent with each key at the same instant.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=1_000))]
     pub duplicates: u32,
+
+    /// refund-storm: payments made first, which every key refunds part of.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub payments: u32,
 
     /// mixed: percentages of new keys / replays / reused keys with another payload.
     #[arg(long, default_value = "70/25/5")]
@@ -91,7 +97,7 @@ pub struct Cli {
     pub json: bool,
 }
 
-/// The three scenarios.
+/// The scenarios and the benchmark's loops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ScenarioName {
@@ -101,6 +107,8 @@ pub enum ScenarioName {
     RetryStorm,
     /// New keys, replays and reused keys with another payload.
     Mixed,
+    /// Many keys, each sent by many clients at once, refunding overlapping parts of a few payments.
+    RefundStorm,
     /// Benchmark: every request a new key (closed loop).
     NewPayments,
     /// Benchmark: every worker replays its one finished payment (closed loop).
@@ -116,6 +124,7 @@ impl ScenarioName {
             Self::DoubleSubmit => "double-submit",
             Self::RetryStorm => "retry-storm",
             Self::Mixed => "mixed",
+            Self::RefundStorm => "refund-storm",
             Self::NewPayments => "new-payments",
             Self::Replays => "replays",
             Self::Unprotected => "unprotected",
@@ -155,6 +164,10 @@ pub struct Settings {
     pub requests: Option<u64>,
     pub concurrency: u32,
     pub duplicates: u32,
+    /// refund-storm: payments made first.
+    pub payments: u32,
+    /// Faults are set for the run (a 503 is then an answer some scenarios allow).
+    pub faulty: bool,
     pub mix: Mix,
     #[serde(serialize_with = "secs")]
     pub client_timeout: Duration,
@@ -207,11 +220,16 @@ impl Cli {
         if client_timeout.is_zero() {
             return Err("--client-timeout must be above zero".into());
         }
+        if self.scenario == ScenarioName::RefundStorm && self.strategy.is_some() {
+            return Err("--strategy aims payments at a lab strategy; refund-storm refunds through /v1/refunds".into());
+        }
         Ok(Settings {
             duration,
             requests: self.requests,
             concurrency: self.concurrency,
             duplicates: self.duplicates,
+            payments: self.payments,
+            faulty: self.faults()?.is_some(),
             mix: self.mix,
             client_timeout,
             max_attempts: self.max_attempts,

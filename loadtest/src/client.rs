@@ -1,5 +1,5 @@
-//! The payonce API as a client sees it: one `POST /v1/payments`, timed, and sorted into an
-//! [`Answer`] by what it tells the client to do next.
+//! The payonce API as a client sees it: one `POST /v1/payments` (or `POST /v1/refunds`), timed,
+//! and sorted into an [`Answer`] by what it tells the client to do next.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -40,6 +40,20 @@ pub struct Payment {
     pub payment_intent: Option<String>,
 }
 
+/// The fields of a refund the checks look at.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Refund {
+    /// payonce's `re_…` (32 hex digits).
+    pub id: String,
+    /// The payment refunded (`pay_…`).
+    pub payment: String,
+    pub amount: i64,
+    /// `succeeded` or `pending` in a 201.
+    pub status: String,
+    /// The gateway's refund id (what the ledger records).
+    pub gateway_refund: Option<String>,
+}
+
 /// What an answer tells the client.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
@@ -47,6 +61,12 @@ pub enum Answer {
     Created(Option<Payment>),
     /// 201 with `Idempotent-Replayed: true`: the stored answer of an earlier request.
     Replayed(Option<Payment>),
+    /// 201 to a refund; `replayed` with `Idempotent-Replayed: true`. `None` if the body was not
+    /// a refund.
+    Refunded { refund: Option<Refund>, replayed: bool },
+    /// 409 `refund-exceeds-payment`: the payment has not that much left. Nothing was refunded,
+    /// and the key was not used.
+    ExceedsPayment,
     /// 409: the key is being worked on; come back after `Retry-After` seconds.
     InFlight { retry_after: Option<u64> },
     /// 422: the key was first used with another payload.
@@ -65,8 +85,9 @@ impl Answer {
     /// A short label for tables: `201 created`, `409 in flight`, `500`, `timeout`, …
     pub fn label(&self) -> String {
         match self {
-            Self::Created(_) => "201 created".into(),
-            Self::Replayed(_) => "201 replayed".into(),
+            Self::Created(_) | Self::Refunded { replayed: false, .. } => "201 created".into(),
+            Self::Replayed(_) | Self::Refunded { replayed: true, .. } => "201 replayed".into(),
+            Self::ExceedsPayment => "409 exceeds payment".into(),
             Self::InFlight { .. } => "409 in flight".into(),
             Self::KeyReused => "422 key reused".into(),
             Self::Unavailable { .. } => "503 unavailable".into(),
@@ -80,6 +101,14 @@ impl Answer {
     pub fn payment(&self) -> Option<&Payment> {
         match self {
             Self::Created(payment) | Self::Replayed(payment) => payment.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The refund of a 201 to a refund, fresh or replayed.
+    pub fn refund(&self) -> Option<&Refund> {
+        match self {
+            Self::Refunded { refund, .. } => refund.as_ref(),
             _ => None,
         }
     }
@@ -120,27 +149,60 @@ impl Api {
     /// after `timeout`.
     pub async fn pay(&self, target: &str, key: &str, body: &Value, timeout: Duration) -> Reply {
         let request = self.http.post(format!("{target}{}", self.payments_path)).header("Idempotency-Key", key);
-        self.send(request, body, timeout).await
+        self.send(request, body, timeout, Resource::Payment).await
     }
 
     /// `POST /bench/payments` (the route without the idempotency layer, `--bench-routes`).
     pub async fn pay_unprotected(&self, target: &str, body: &Value, timeout: Duration) -> Reply {
-        self.send(self.http.post(format!("{target}/bench/payments")), body, timeout).await
+        self.send(self.http.post(format!("{target}/bench/payments")), body, timeout, Resource::Payment).await
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder, body: &Value, timeout: Duration) -> Reply {
+    /// `POST /v1/refunds` with `key` and `body` to `target`, giving up after `timeout`.
+    pub async fn refund(&self, target: &str, key: &str, body: &Value, timeout: Duration) -> Reply {
+        let request = self.http.post(format!("{target}/v1/refunds")).header("Idempotency-Key", key);
+        self.send(request, body, timeout, Resource::Refund).await
+    }
+
+    /// `GET /v1/payments/{id}` from the first target: the payment as payonce shows it now.
+    pub async fn payment(&self, id: &str) -> Result<Value, String> {
+        let url = format!("{}/v1/payments/{id}", self.targets[0]);
+        let response =
+            self.http.get(&url).bearer_auth(&self.api_key).send().await.map_err(|err| format!("GET {url}: {err}"))?;
+        if !response.status().is_success() {
+            return Err(format!("GET {url}: {}", response.status()));
+        }
+        response.json().await.map_err(|err| format!("GET {url}: not JSON: {err}"))
+    }
+
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        body: &Value,
+        timeout: Duration,
+        resource: Resource,
+    ) -> Reply {
         let started = Instant::now();
         let request = request.bearer_auth(&self.api_key).json(body).timeout(timeout);
         let answer = match request.send().await {
-            Ok(response) => read(response).await,
+            Ok(response) => read(response, resource).await,
             Err(err) => failure(err),
         };
         Reply { answer, latency: started.elapsed() }
     }
 }
 
+/// What a request creates, which says how to read its 201 and 409.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Payment,
+    Refund,
+}
+
+/// The problem type of a refund that asks for more than remains.
+const EXCEEDS_PAYMENT: &str = "https://payonce.dev/problems/refund-exceeds-payment";
+
 /// Reads a whole response into an [`Answer`].
-async fn read(response: reqwest::Response) -> Answer {
+async fn read(response: reqwest::Response, resource: Resource) -> Answer {
     let status = response.status().as_u16();
     let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let replayed = header("idempotent-replayed").as_deref() == Some("true");
@@ -149,16 +211,24 @@ async fn read(response: reqwest::Response) -> Answer {
         Ok(body) => body,
         Err(err) => return failure(err),
     };
-    match status {
-        201 => {
+    match (status, resource) {
+        (201, Resource::Payment) => {
             let payment = serde_json::from_slice(&body).ok();
             if replayed { Answer::Replayed(payment) } else { Answer::Created(payment) }
         }
-        409 => Answer::InFlight { retry_after },
-        422 => Answer::KeyReused,
-        503 => Answer::Unavailable { retry_after },
-        other => Answer::Status(other),
+        (201, Resource::Refund) => Answer::Refunded { refund: serde_json::from_slice(&body).ok(), replayed },
+        (409, Resource::Refund) if problem_type(&body).as_deref() == Some(EXCEEDS_PAYMENT) => Answer::ExceedsPayment,
+        (409, _) => Answer::InFlight { retry_after },
+        (422, _) => Answer::KeyReused,
+        (503, _) => Answer::Unavailable { retry_after },
+        (other, _) => Answer::Status(other),
     }
+}
+
+/// The `type` of a problem document.
+fn problem_type(body: &[u8]) -> Option<String> {
+    let problem: Value = serde_json::from_slice(body).ok()?;
+    problem["type"].as_str().map(str::to_owned)
 }
 
 fn failure(err: reqwest::Error) -> Answer {

@@ -1,6 +1,7 @@
-//! payonce-loadtest: drives payonce servers with double submits, retry storms or mixed traffic,
-//! then audits the Stripe simulator's ledger: however the requests raced, every key must be
-//! charged at most once, and every payment a client was told succeeded must have been charged.
+//! payonce-loadtest: drives payonce servers with double submits, retry storms, mixed traffic or
+//! refund storms, then audits the Stripe simulator's ledger: however the requests raced, every
+//! key must be charged at most once, every payment a client was told succeeded must have been
+//! charged, and no payment refunded beyond what it charged.
 //!
 //! # Layout
 //!
@@ -11,9 +12,11 @@
 //!   double_submit  one key, N requests released together by a barrier, over every target
 //!   retry_storm    short client timeouts, retries with the same key, Retry-After and jittered backoff
 //!   mixed          new keys, replays and reused keys with another payload (70/25/5)
+//!   refund_storm   a few payments, then many keys × duplicates refunding overlapping parts of them
 //! stats        counts by answer, unexpected answers, latency percentiles
-//! simulator    the simulator's control routes: faults and the charge ledger
+//! simulator    the simulator's control routes: faults, the charge and refund ledgers
 //! audit        the ledger grouped by (customer, key), compared with what the clients believe
+//! refund_audit refund-storm: the refund ledger against the answers and payonce's payments
 //! progress     the live progress line on stderr
 //! report       the summary table and its JSON form
 //! ```
@@ -30,11 +33,13 @@ mod audit;
 mod cli;
 mod client;
 mod progress;
+mod refund_audit;
 mod report;
 mod scenario;
 mod simulator;
 mod stats;
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -43,9 +48,10 @@ use std::time::Instant;
 use clap::Parser;
 
 use crate::audit::Audit;
-use crate::cli::Cli;
+use crate::cli::{Cli, ScenarioName};
 use crate::client::Api;
 use crate::progress::Progress;
+use crate::refund_audit::RefundAudit;
 use crate::report::Report;
 use crate::scenario::Run;
 use crate::simulator::Simulator;
@@ -84,7 +90,7 @@ async fn run(cli: Cli) -> Result<bool, String> {
     });
     let progress = cli.show_progress().then(|| Progress::start(run.clone()));
     let started = Instant::now();
-    scenario::run(run.clone()).await;
+    let ran = scenario::run(run.clone()).await;
     let elapsed = started.elapsed();
     if let Some(progress) = progress {
         progress.stop().await;
@@ -94,9 +100,14 @@ async fn run(cli: Cli) -> Result<bool, String> {
     if faults.is_some() {
         simulator.clear_faults().await?;
     }
+    ran?;
     let charges = simulator.charges().await?;
     let audit = Audit::new(&run.run_id, &charges, &run.believed());
-    let report = Report::new(&cli, &run, elapsed, audit);
+    let refund_audit = match cli.scenario {
+        ScenarioName::RefundStorm => Some(audit_refunds(&run, &simulator).await?),
+        _ => None,
+    };
+    let report = Report::new(&cli, &run, elapsed, audit, refund_audit);
     let text = if cli.json {
         serde_json::to_string_pretty(&report).map_err(|err| err.to_string())? + "\n"
     } else {
@@ -110,4 +121,18 @@ async fn run(cli: Cli) -> Result<bool, String> {
         _ => {}
     }
     Ok(report.passed())
+}
+
+/// refund-storm's audit: the refund ledger, and payonce's view of each payment now.
+async fn audit_refunds(run: &Run, simulator: &Simulator) -> Result<RefundAudit, String> {
+    let ledger = simulator.refunds().await?;
+    let paid = run.refundable();
+    let mut amount_refunded = HashMap::with_capacity(paid.len());
+    for payment in paid {
+        let shown = run.api.payment(&payment.id).await?;
+        if let Some(amount) = shown["amount_refunded"].as_i64() {
+            amount_refunded.insert(payment.id.clone(), amount);
+        }
+    }
+    Ok(RefundAudit::new(&run.run_id, paid, &run.refund_keys(), &ledger, &amount_refunded))
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::audit::Audit;
 use crate::cli::{Cli, ScenarioName, Settings};
+use crate::refund_audit::RefundAudit;
 use crate::scenario::Run;
 use crate::stats::{Latency, Summary};
 
@@ -19,6 +20,9 @@ pub struct Report {
     pub settings: Settings,
     pub stats: Summary,
     pub audit: Audit,
+    /// refund-storm: the refund ledger against the answers and payonce's payments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refund_audit: Option<RefundAudit>,
     /// `pass`, or `fail` with the reasons.
     pub verdict: Verdict,
 }
@@ -30,7 +34,7 @@ pub struct Verdict {
 }
 
 impl Report {
-    pub fn new(cli: &Cli, run: &Run, elapsed: Duration, audit: Audit) -> Self {
+    pub fn new(cli: &Cli, run: &Run, elapsed: Duration, audit: Audit, refund_audit: Option<RefundAudit>) -> Self {
         let stats = run.stats.summary(elapsed);
         let mut reasons = Vec::new();
         if !audit.double_charged.is_empty() {
@@ -44,6 +48,9 @@ impl Report {
                 "{} payment(s) answered with another PaymentIntent than charged",
                 audit.mismatched.len()
             ));
+        }
+        if let Some(refund_audit) = &refund_audit {
+            reasons.extend(refund_audit.violations());
         }
         if stats.unexpected > 0 {
             reasons.push(format!("{} unexpected answer(s)", stats.unexpected));
@@ -63,6 +70,7 @@ impl Report {
             settings: run.settings.clone(),
             stats,
             audit,
+            refund_audit,
             verdict: Verdict { passed: reasons.is_empty(), reasons },
         }
     }
@@ -92,6 +100,9 @@ impl fmt::Display for Report {
                 settings.max_attempts
             ),
             ScenarioName::Mixed => format!("mix {}/{}/{}", settings.mix.new, settings.mix.replay, settings.mix.reuse),
+            ScenarioName::RefundStorm => {
+                format!("{} payments, {} duplicates per refund key", settings.payments, settings.duplicates)
+            }
             ScenarioName::NewPayments | ScenarioName::Replays | ScenarioName::Unprotected => "closed loop".to_owned(),
         };
         writeln!(f)?;
@@ -163,7 +174,58 @@ impl fmt::Display for Report {
         for key in a.mismatched.iter().take(10) {
             writeln!(f, "    OTHER PAYMENTINTENT {key}")?;
         }
+        if let Some(r) = &self.refund_audit {
+            write_refund_audit(f, r)?;
+        }
         writeln!(f)?;
         if self.verdict.passed { writeln!(f, "PASS") } else { writeln!(f, "FAIL: {}", self.verdict.reasons.join("; ")) }
     }
+}
+
+/// refund-storm's figures, and the first few of each violation.
+fn write_refund_audit(f: &mut fmt::Formatter<'_>, r: &RefundAudit) -> fmt::Result {
+    writeln!(f)?;
+    writeln!(f, "  refund audit (simulator refund ledger, payonce's answers and payments)")?;
+    writeln!(f, "    payments refunded              {:>9}   {} paid in all", r.payments, r.paid_total)?;
+    writeln!(f, "    refund keys                    {:>9}", r.keys)?;
+    writeln!(
+        f,
+        "    … answered 201                 {:>9}   {} refunded by the answers",
+        r.keys_refunded, r.refunded_answered
+    )?;
+    writeln!(f, "    … answered 409 exceeds payment {:>9}", r.keys_exceeded)?;
+    writeln!(f, "    … with no final answer         {:>9}", r.keys_unsettled)?;
+    writeln!(
+        f,
+        "    refunds in the ledger          {:>9}   {} refunded at the gateway",
+        r.ledger_refunds, r.refunded_ledger
+    )?;
+    writeln!(f, "    payments refunded in full      {:>9}", r.payments_refunded_in_full)?;
+    writeln!(f, "    over-refunded (answers)        {:>9}   must be 0", r.over_refunded_answered.len())?;
+    writeln!(f, "    over-refunded (ledger)         {:>9}   must be 0", r.over_refunded_ledger.len())?;
+    writeln!(f, "    payonce's sum not the ledger's {:>9}   must be 0", r.payonce_disagrees.len())?;
+    writeln!(f, "    201 without a gateway refund   {:>9}   must be 0", r.refunded_without_gateway_refund.len())?;
+    writeln!(f, "    keys refunded more than once   {:>9}   must be 0", r.refunded_more_than_once.len())?;
+    writeln!(f, "    201 naming another refund      {:>9}   must be 0", r.other_gateway_refund.len())?;
+    writeln!(f, "    409 exceeds yet refunded       {:>9}   must be 0", r.exceeded_but_refunded.len())?;
+    writeln!(
+        f,
+        "    refunds no client saw a 201 for{:>9}   (clients with no final answer; not an error)",
+        r.unconfirmed
+    )?;
+    let lists = [
+        ("OVER-REFUNDED", &r.over_refunded_answered),
+        ("OVER-REFUNDED AT THE GATEWAY", &r.over_refunded_ledger),
+        ("AMOUNT_REFUNDED NOT THE LEDGER'S", &r.payonce_disagrees),
+        ("NO GATEWAY REFUND", &r.refunded_without_gateway_refund),
+        ("REFUNDED TWICE", &r.refunded_more_than_once),
+        ("OTHER GATEWAY REFUND", &r.other_gateway_refund),
+        ("EXCEEDED YET REFUNDED", &r.exceeded_but_refunded),
+    ];
+    for (what, list) in lists {
+        for item in list.iter().take(10) {
+            writeln!(f, "    {what} {item}")?;
+        }
+    }
+    Ok(())
 }

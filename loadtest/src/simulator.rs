@@ -1,4 +1,5 @@
-//! The Stripe simulator's control routes: `PUT /_sim/faults` and `GET /_sim/charges`.
+//! The Stripe simulator's control routes: `PUT /_sim/faults`, `GET /_sim/charges` and
+//! `GET /_sim/refunds`.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,24 @@ pub struct Charge {
 #[derive(Deserialize)]
 struct Ledger {
     charges: Vec<Charge>,
+}
+
+/// One refund in the simulator's ledger (the fields the refund audit reads).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Refund {
+    /// The gateway's refund id (`re_…`).
+    pub refund: String,
+    /// The PaymentIntent whose charge it refunded.
+    pub payment_intent: String,
+    pub amount: i64,
+    /// `payonce_refund`, `payonce_idempotency_key`, `payonce_payment`, `payonce_customer`, and
+    /// the client's own.
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct RefundLedger {
+    refunds: Vec<Refund>,
 }
 
 pub struct Simulator {
@@ -56,5 +75,16 @@ impl Simulator {
         }
         let ledger: Ledger = response.json().await.map_err(|err| format!("GET {url}: not a ledger: {err}"))?;
         Ok(ledger.charges)
+    }
+
+    /// Every refund since the simulator started (or was reset).
+    pub async fn refunds(&self) -> Result<Vec<Refund>, String> {
+        let url = format!("{}/_sim/refunds", self.base);
+        let response = self.http.get(&url).send().await.map_err(|err| format!("GET {url}: {err}"))?;
+        if !response.status().is_success() {
+            return Err(format!("GET {url}: {}", response.status()));
+        }
+        let ledger: RefundLedger = response.json().await.map_err(|err| format!("GET {url}: not a ledger: {err}"))?;
+        Ok(ledger.refunds)
     }
 }

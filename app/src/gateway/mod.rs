@@ -86,7 +86,17 @@ pub const REFUND_METADATA: &str = "payonce_refund";
 /// The downstream idempotency key of a refund's payonce key. Its own prefix, so that a refund
 /// key can never collide with a charge key, whatever the row ids.
 pub fn refund_key(key_id: Uuid) -> String {
-    format!("payonce-refund-{}", key_id.simple())
+    format!("{REFUND_PREFIX}{}", key_id.simple())
+}
+
+/// The prefix of every refund's downstream idempotency key.
+const REFUND_PREFIX: &str = "payonce-refund-";
+
+/// The payonce refund key a refund's downstream key was derived from (Stripe's refund events,
+/// and the `charge.refunded` of a refund call, name it).
+pub fn key_of_refund(downstream: &str) -> Option<Uuid> {
+    let hex = downstream.strip_prefix(REFUND_PREFIX)?;
+    (hex.len() == 32).then(|| Uuid::try_parse(hex).ok()).flatten()
 }
 
 /// The prefix of every downstream idempotency key.
@@ -430,5 +440,16 @@ mod tests {
         assert_eq!(key_of_downstream(&downstream_key(id)), Some(id));
         assert_eq!(key_of_downstream("payonce-charge-xyz"), None);
         assert_eq!(key_of_downstream(&id.simple().to_string()), None);
+    }
+
+    /// A refund's downstream key names its key back, and is never read as a charge's (nor the
+    /// other way round).
+    #[test]
+    fn refund_keys_round_trip_and_do_not_cross() {
+        let id = Uuid::now_v7();
+        assert_eq!(key_of_refund(&refund_key(id)), Some(id));
+        assert_eq!(key_of_downstream(&refund_key(id)), None);
+        assert_eq!(key_of_refund(&downstream_key(id)), None);
+        assert_eq!(key_of_refund("payonce-refund-xyz"), None);
     }
 }

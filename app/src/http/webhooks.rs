@@ -4,8 +4,9 @@
 //! against the endpoint's secret (`STRIPE_WEBHOOK_SECRET`, or the one the built-in simulator
 //! issued at startup) by async-stripe's `Webhook::construct_event`, which also refuses a timestamp
 //! more than 300 s off. A missing or bad signature, or a stale one, is a 400 problem and nothing
-//! is applied or recorded. A verified event is recorded and applied once
-//! ([`crate::payments::webhook`]); any 2xx tells Stripe to stop redelivering it.
+//! is applied or recorded. A verified event is recorded and applied once by the
+//! [`INBOX`], which hands it by type to the payments' or the refunds' handler; any 2xx tells
+//! Stripe to stop redelivering it.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -21,10 +22,16 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::ApiError;
 use super::openapi::problems;
-use crate::payments::webhook::{self, Delivery, Effect, Receipt};
+use crate::inbox::{Delivery, Effect, Inbox, Receipt};
+use crate::payments::webhook::PaymentEvents;
+use crate::refunds::webhook::RefundEvents;
 
 /// Where Stripe delivers events.
 pub const ROUTE: &str = "/webhooks/stripe";
+
+/// Every resource's handler of Stripe's events: the webhook endpoint subscribes to the types
+/// they act on.
+pub const INBOX: Inbox = Inbox::new(&[&PaymentEvents, &RefundEvents]);
 
 /// The largest event accepted. Stripe's events hold one object, unexpanded: a few kilobytes.
 pub const BODY_LIMIT: usize = 256 * 1024;
@@ -50,7 +57,7 @@ problems!(
         WEBHOOKS_NOT_CONFIGURED, SERVICE_UNAVAILABLE
 );
 
-/// Stripe's events in (`payment_intent.*`), verified by their `Stripe-Signature`.
+/// Stripe's events in (`payment_intent.*`, `refund.*`, `charge.refunded`), verified by their `Stripe-Signature`.
 ///
 /// Not for API clients: Stripe calls it. An event is applied once, however often it is
 /// delivered; anything without a valid signature is refused and changes nothing.
@@ -85,12 +92,12 @@ async fn receive(
     // The members passed on as sent (`next_action`) are read from the JSON itself.
     let raw: Value = serde_json::from_str(payload).unwrap_or_default();
     let receipt = match &verified {
-        Ok(event) => webhook::receive(&state.engine, Delivery::of(event, &raw)).await?,
+        Ok(event) => INBOX.receive(&state.engine, Delivery::of(event, &raw)).await?,
         // Signed, but async-stripe cannot read its object: an event payonce does not act on is
         // still acknowledged (or Stripe would redeliver it for days); one it acts on is refused
         // unapplied, and reconciliation catches up meanwhile.
-        Err(WebhookError::BadParse(_)) => match Delivery::unread(&raw) {
-            Some(delivery) => webhook::receive(&state.engine, delivery).await?,
+        Err(WebhookError::BadParse(_)) => match Delivery::unread(&raw, &INBOX) {
+            Some(delivery) => INBOX.receive(&state.engine, delivery).await?,
             None => return Err(ApiError::WebhookUnreadable),
         },
         Err(WebhookError::BadTimestamp(at)) => {

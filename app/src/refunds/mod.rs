@@ -5,7 +5,9 @@
 //! * [`process`]: the refund as an [`crate::idempotency::Idempotent`] operation: the reservation
 //!   committed with the claim, the gateway call, the final write;
 //! * [`model`]: the refund, its id, its statuses and its JSON;
-//! * [`store`]: reading refunds back.
+//! * [`store`]: reading refunds back;
+//! * [`webhook`]: Stripe's refund events, applied forward only (the refunds' handler of the
+//!   webhook inbox, [`crate::inbox`]).
 //!
 //! Keys stop one request from happening twice; they do not stop two *different* requests from
 //! refunding one payment at once. That is the resource's invariant, kept by the database at the
@@ -17,6 +19,7 @@ pub mod model;
 pub mod process;
 pub mod request;
 pub mod store;
+pub mod webhook;
 
 pub use model::{Refund, RefundId, RefundStatus};
 pub use process::Refunds;

@@ -223,3 +223,272 @@ async fn events_payonce_does_not_act_on_are_acknowledged_and_ignored() {
     assert_problem(deliver(&app, &body, SECRET, now()).await, StatusCode::BAD_REQUEST, "webhook-unreadable").await;
     assert_eq!(app.count("webhook_events").await, 2);
 }
+
+/// `GET` of the simulator's API (as the gateway reads it).
+async fn gateway_get(app: &TestApp, path: &str) -> Value {
+    let response = app.client.get(format!("{}{path}", app.sim_url)).bearer_auth(SIM_SECRET_KEY).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "GET {path}");
+    response.json().await.unwrap()
+}
+
+/// A Stripe event of `kind` about `object`, created at `created`, caused by a request with
+/// `request_key` (if any).
+fn event_of(id: &str, kind: &str, object: &Value, created: i64, request_key: Option<&str>) -> String {
+    json!({
+        "id": id, "object": "event", "api_version": "2026-09-30.endive", "created": created,
+        "livemode": false, "pending_webhooks": 1, "type": kind,
+        "request": {"id": null, "idempotency_key": request_key},
+        "data": {"object": object},
+    })
+    .to_string()
+}
+
+/// `object` with `status` (and `failure_reason`).
+fn with_status(object: &Value, status: &str, failure_reason: Option<&str>) -> Value {
+    let mut object = object.clone();
+    object["status"] = status.into();
+    object["failure_reason"] = failure_reason.into();
+    object
+}
+
+/// A refund the gateway made whose answer was lost: payonce's refund stays `pending`, without the
+/// gateway's id, its amount reserved. Returns payonce's refund id, the client key, and the
+/// gateway's refund as the gateway has it.
+struct LeftPending {
+    refund: String,
+    key: String,
+    body: Value,
+    payment: String,
+    gateway: Value,
+}
+
+async fn refund_left_pending(app: &TestApp, api_key: &str) -> LeftPending {
+    let (status, _, paid) =
+        parts(app.post_payment(api_key, Some(&new_key()), &payment(10_000)).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "{paid}");
+    let payment = paid["id"].as_str().unwrap().to_owned();
+    app.set_faults(json!({"drop_after_charge_rate": 1.0, "next_calls": 1, "operations": ["create_refund"]})).await;
+    let key = new_key();
+    let body = json!({"payment": payment, "amount": 3000});
+    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(api_key).header("Idempotency-Key", &key);
+    let (status, _, answer) = parts(request.json(&body).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "the gateway's answer was lost: {answer}");
+    let (id, state, gateway_id): (uuid::Uuid, String, Option<String>) =
+        sqlx::query_as("select id, status, gateway_refund_id from refunds").fetch_one(&app.db).await.unwrap();
+    assert_eq!((state.as_str(), gateway_id), ("pending", None));
+    let listed = gateway_get(app, "v1/refunds").await;
+    let gateway = listed["data"][0].clone();
+    assert_eq!(gateway["amount"], 3000, "{listed}");
+    LeftPending { refund: format!("re_{}", id.simple()), key, body, payment, gateway }
+}
+
+/// payonce's refund: (status, gateway refund id, failure code), and the payment's `amount_refunded`.
+async fn refund_row(app: &TestApp) -> (String, Option<String>, Option<String>, i64) {
+    sqlx::query_as(
+        "select r.status, r.gateway_refund_id, r.failure_code, p.amount_refunded
+         from refunds r join payments p on p.id = r.payment_id",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap()
+}
+
+/// The inbox: (event id, effect, whether it names a refund), by event id.
+async fn inbox(app: &TestApp) -> Vec<(String, String, bool)> {
+    sqlx::query_as("select id, effect, refund_id is not null from webhook_events order by id")
+        .fetch_all(&app.db)
+        .await
+        .unwrap()
+}
+
+/// A refund left pending moves to succeeded by its `refund.updated`, learning the gateway's id;
+/// the same event again changes nothing; an older `pending` event and a later `refund.failed`
+/// never move it back (nor give its amount back). `charge.refunded` is recorded on the refund's
+/// timeline and changes no amount. Every event is on the refund key's timeline, and the client's
+/// retry then gets the refund, with one gateway refund in all.
+#[tokio::test]
+async fn refund_events_move_a_pending_refund_once_and_forward_only() {
+    let app = app().await;
+    let api_key = app.customer("acme").await;
+    let pending = refund_left_pending(&app, &api_key).await;
+    let gateway_id = pending.gateway["id"].as_str().unwrap().to_owned();
+    let created = now();
+
+    let updated = event_of("evt_r2_updated", "refund.updated", &pending.gateway, created, None);
+    let (status, _, receipt) = parts(deliver(&app, &updated, SECRET, now()).await).await;
+    assert_eq!(status, StatusCode::OK, "{receipt}");
+    assert_eq!((receipt["duplicate"].as_bool(), receipt["effect"].as_str()), (Some(false), Some("applied")));
+    assert_eq!(refund_row(&app).await, ("succeeded".into(), Some(gateway_id.clone()), None, 3000));
+
+    let (_, _, again) = parts(deliver(&app, &updated, SECRET, now()).await).await;
+    assert_eq!((again["duplicate"].as_bool(), again["effect"].clone()), (Some(true), Value::Null));
+
+    let older = event_of(
+        "evt_r1_created",
+        "refund.created",
+        &with_status(&pending.gateway, "pending", None),
+        created - 5,
+        Some("payonce-refund-unused"),
+    );
+    let failed = event_of(
+        "evt_r3_failed",
+        "refund.failed",
+        &with_status(&pending.gateway, "failed", Some("expired_or_canceled_card")),
+        created + 1,
+        None,
+    );
+    for body in [&older, &failed] {
+        let (status, _, receipt) = parts(deliver(&app, body, SECRET, now()).await).await;
+        assert_eq!((status, receipt["effect"].as_str()), (StatusCode::OK, Some("stale")), "{receipt}");
+    }
+    assert_eq!(refund_row(&app).await, ("succeeded".into(), Some(gateway_id.clone()), None, 3000), "never backwards");
+
+    // charge.refunded, as the refund call caused it: recorded, amounts untouched.
+    let ledger: Value = reqwest::get(format!("{}_sim/refunds", app.sim_url)).await.unwrap().json().await.unwrap();
+    let downstream = ledger["refunds"][0]["idempotency_key"].as_str().unwrap().to_owned();
+    let mut charge = gateway_get(&app, &format!("v1/charges/{}", pending.gateway["charge"].as_str().unwrap())).await;
+    charge["amount_refunded"] = 9000.into();
+    let charged = event_of("evt_r4_charge", "charge.refunded", &charge, created, Some(&downstream));
+    let (_, _, receipt) = parts(deliver(&app, &charged, SECRET, now()).await).await;
+    assert_eq!(receipt["effect"], "ignored", "{receipt}");
+    assert_eq!(refund_row(&app).await, ("succeeded".into(), Some(gateway_id.clone()), None, 3000));
+
+    assert_eq!(
+        inbox(&app).await,
+        [
+            ("evt_r1_created".into(), "stale".into(), true),
+            ("evt_r2_updated".into(), "applied".into(), true),
+            ("evt_r3_failed".into(), "stale".into(), true),
+            ("evt_r4_charge".into(), "ignored".into(), true),
+        ]
+    );
+    let mut seen = webhook_events(&app, &pending.key).await;
+    seen.sort();
+    let expected: Vec<(String, String)> = [
+        ("evt_r1_created", "stale"),
+        ("evt_r2_updated", "applied"),
+        ("evt_r2_updated", "duplicate"),
+        ("evt_r3_failed", "stale"),
+        ("evt_r4_charge", "ignored"),
+    ]
+    .iter()
+    .map(|(id, effect)| ((*id).to_owned(), (*effect).to_owned()))
+    .collect();
+    assert_eq!(seen, expected);
+
+    // The client's retry: the same downstream key, the gateway's same refund, now answered.
+    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(&api_key).header("Idempotency-Key", &pending.key);
+    let (status, _, refund) = parts(request.json(&pending.body).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "{refund}");
+    assert_eq!((refund["id"].as_str(), refund["status"].as_str()), (Some(pending.refund.as_str()), Some("succeeded")));
+    assert_eq!(refund["gateway_refund"], gateway_id.as_str());
+    assert_eq!(gateway_get(&app, "v1/refunds").await["data"].as_array().unwrap().len(), 1);
+    assert_eq!(refund_row(&app).await.3, 3000);
+}
+
+/// A pending refund the gateway says failed is failed, with the gateway's reason, and its amount
+/// is given back to the payment: it can be refunded again.
+#[tokio::test]
+async fn a_failed_refund_event_gives_the_reservation_back() {
+    let app = app().await;
+    let api_key = app.customer("acme").await;
+    let pending = refund_left_pending(&app, &api_key).await;
+    let failed = with_status(&pending.gateway, "failed", Some("expired_or_canceled_card"));
+    let body = event_of("evt_failed", "refund.failed", &failed, now(), None);
+    let (_, _, receipt) = parts(deliver(&app, &body, SECRET, now()).await).await;
+    assert_eq!(receipt["effect"], "applied", "{receipt}");
+    let gateway_id = pending.gateway["id"].as_str().map(str::to_owned);
+    assert_eq!(
+        refund_row(&app).await,
+        ("failed".into(), gateway_id.clone(), Some("expired_or_canceled_card".into()), 0)
+    );
+
+    // A later `succeeded` does not make a failed refund succeeded either.
+    let late = event_of("evt_late", "refund.updated", &with_status(&pending.gateway, "succeeded", None), now(), None);
+    let (_, _, receipt) = parts(deliver(&app, &late, SECRET, now()).await).await;
+    assert_eq!(receipt["effect"], "stale", "{receipt}");
+    assert_eq!(refund_row(&app).await.0, "failed");
+
+    let (_, _, shown) =
+        parts(app.get(&api_key, &format!("/v1/refunds/{}", pending.refund)).send().await.unwrap()).await;
+    assert_eq!(
+        (shown["status"].as_str(), shown["failure"]["code"].as_str()),
+        (Some("failed"), Some("expired_or_canceled_card"))
+    );
+    let (_, _, paid) =
+        parts(app.get(&api_key, &format!("/v1/payments/{}", pending.payment)).send().await.unwrap()).await;
+    assert_eq!(paid["amount_refunded"], 0);
+}
+
+/// Events naming a refund (or a charge) payonce does not have are recorded as unmatched and
+/// change nothing; a refund event payonce cannot place by its metadata, id or key is one of them.
+#[tokio::test]
+async fn events_for_unknown_refunds_are_unmatched() {
+    let app = app().await;
+    let api_key = app.customer("acme").await;
+    let pending = refund_left_pending(&app, &api_key).await;
+    let mut stranger = with_status(&pending.gateway, "succeeded", None);
+    stranger["id"] = "re_not_payonces".into();
+    stranger["metadata"] = json!({"payonce_refund": format!("re_{}", uuid::Uuid::now_v7().simple())});
+    let refund = event_of(
+        "evt_stranger",
+        "refund.updated",
+        &stranger,
+        now(),
+        Some("payonce-refund-00000000000000000000000000000000"),
+    );
+    let mut charge = gateway_get(&app, &format!("v1/charges/{}", pending.gateway["charge"].as_str().unwrap())).await;
+    charge["payment_intent"] = "pi_not_payonces".into();
+    let charge = event_of("evt_stranger_charge", "charge.refunded", &charge, now(), None);
+    for body in [&refund, &charge] {
+        let (status, _, receipt) = parts(deliver(&app, body, SECRET, now()).await).await;
+        assert_eq!((status, receipt["effect"].as_str()), (StatusCode::OK, Some("unmatched")), "{receipt}");
+    }
+    assert_eq!(
+        inbox(&app).await,
+        [("evt_stranger".into(), "unmatched".into(), false), ("evt_stranger_charge".into(), "unmatched".into(), false)]
+    );
+    assert_eq!(refund_row(&app).await, ("pending".into(), None, None, 3000), "nothing moved");
+    assert!(webhook_events(&app, &pending.key).await.is_empty());
+}
+
+/// With the built-in simulator, whose webhook endpoint payonce registers at startup, the refund
+/// events arrive by themselves: a refund whose answer was lost is settled by its
+/// `refund.created`, before any retry; `charge.refunded` and the later `refund.updated` (the
+/// acquirer's reference) find nothing more to do.
+#[tokio::test]
+async fn the_simulators_own_refund_events_settle_a_lost_answer() {
+    let app = TestApp::spawn_with(Options { builtin_simulator: true, ..Default::default() }).await;
+    app.ledger.set_settings(json!({"processing_ms": 200})).await;
+    let api_key = app.customer("acme").await;
+    let (status, _, paid) =
+        parts(app.post_payment(&api_key, Some(&new_key()), &payment(10_000)).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "{paid}");
+    app.set_faults(json!({"drop_after_charge_rate": 1.0, "next_calls": 1, "operations": ["create_refund"]})).await;
+    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(&api_key).header("Idempotency-Key", new_key());
+    let response = request.json(&json!({"payment": paid["id"], "amount": 3000})).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "the gateway's answer was lost");
+
+    let started = std::time::Instant::now();
+    let effects = loop {
+        let effects: Vec<(String, String)> =
+            sqlx::query_as("select type, effect from webhook_events where refund_id is not null order by type")
+                .fetch_all(&app.db)
+                .await
+                .unwrap();
+        if effects.len() == 3 {
+            break effects;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the refund's events never all arrived: {effects:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let ledger: Value = reqwest::get(format!("{}_sim/refunds", app.sim_url)).await.unwrap().json().await.unwrap();
+    let gateway_id = ledger["refunds"][0]["refund"].as_str().map(str::to_owned);
+    assert!(gateway_id.is_some(), "{ledger}");
+    assert_eq!(refund_row(&app).await, ("succeeded".into(), gateway_id, None, 3000));
+    let kinds_and_effects: Vec<(&str, &str)> = effects.iter().map(|(k, e)| (k.as_str(), e.as_str())).collect();
+    assert_eq!(
+        kinds_and_effects,
+        [("charge.refunded", "ignored"), ("refund.created", "applied"), ("refund.updated", "ignored")]
+    );
+}

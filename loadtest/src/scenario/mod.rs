@@ -6,11 +6,12 @@
 mod bench;
 mod double_submit;
 mod mixed;
+mod refund_storm;
 mod retry_storm;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -18,6 +19,7 @@ use uuid::Uuid;
 
 use crate::cli::{ScenarioName, Settings};
 use crate::client::{Answer, Api, Reply};
+use crate::refund_audit::{Paid, RefundKey};
 use crate::stats::{Stats, Verdict};
 
 /// One load-test run, shared by its workers.
@@ -31,6 +33,10 @@ pub struct Run {
     pub stats: Stats,
     /// Key → the PaymentIntent its first 201 named: the payments the clients believe succeeded.
     believed: Mutex<HashMap<String, Option<String>>>,
+    /// refund-storm: the payments made before it, which its keys refund.
+    refundable: OnceLock<Vec<Paid>>,
+    /// refund-storm: every refund key, and how it ended.
+    refund_keys: Mutex<Vec<RefundKey>>,
 }
 
 /// When to stop starting operations: a deadline, a number of requests, or Ctrl-C, whichever
@@ -79,6 +85,8 @@ impl Run {
             run_id: format!("lt-{}-{}", scenario.as_str(), Uuid::now_v7().simple()),
             stats: Stats::default(),
             believed: Mutex::new(HashMap::new()),
+            refundable: OnceLock::new(),
+            refund_keys: Mutex::new(Vec::new()),
         }
     }
 
@@ -117,6 +125,27 @@ impl Run {
     pub fn believed(&self) -> HashMap<String, Option<String>> {
         self.believed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
+
+    /// Sends one refund request with the run's client timeout and counts it against the budget.
+    pub async fn refund(&self, target: &str, key: &str, body: &Value) -> Reply {
+        self.budget.count_request();
+        self.api.refund(target, key, body, self.settings.client_timeout).await
+    }
+
+    /// refund-storm: the payments its keys refund (none before they are made).
+    pub fn refundable(&self) -> &[Paid] {
+        self.refundable.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// refund-storm: records how a key ended.
+    pub fn refund_key(&self, key: RefundKey) {
+        self.refund_keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(key);
+    }
+
+    /// refund-storm: every key, and how it ended.
+    pub fn refund_keys(&self) -> Vec<RefundKey> {
+        self.refund_keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
 }
 
 /// A valid payment body.
@@ -131,8 +160,13 @@ pub fn pays(answer: &Answer, amount: i64) -> bool {
     })
 }
 
-/// Runs `settings.concurrency` workers of the run's scenario until the budget is spent.
-pub async fn run(run: Arc<Run>) {
+/// Runs `settings.concurrency` workers of the run's scenario until the budget is spent (after
+/// making what the scenario needs first: refund-storm's payments).
+pub async fn run(run: Arc<Run>) -> Result<(), String> {
+    if run.scenario == ScenarioName::RefundStorm {
+        let paid = refund_storm::prepare(&run).await?;
+        run.refundable.set(paid).map_err(|_| "the payments to refund were made twice".to_owned())?;
+    }
     let workers: Vec<_> = (0..run.settings.concurrency)
         .map(|worker| {
             let run = run.clone();
@@ -141,6 +175,7 @@ pub async fn run(run: Arc<Run>) {
                     ScenarioName::DoubleSubmit => double_submit::worker(run, worker).await,
                     ScenarioName::RetryStorm => retry_storm::worker(run, worker).await,
                     ScenarioName::Mixed => mixed::worker(run, worker).await,
+                    ScenarioName::RefundStorm => refund_storm::worker(run, worker).await,
                     ScenarioName::NewPayments => bench::new_payments(run, worker).await,
                     ScenarioName::Replays => bench::replays(run, worker).await,
                     ScenarioName::Unprotected => bench::unprotected(run, worker).await,
@@ -153,4 +188,5 @@ pub async fn run(run: Arc<Run>) {
             eprintln!("payonce-loadtest: a worker failed: {err}");
         }
     }
+    Ok(())
 }
