@@ -14,7 +14,8 @@
 //! 2. `POST /v1/refunds` at the gateway with the downstream key [`gateway::refund_key`], under a
 //!    heartbeat.
 //! 3. One transaction: the refund's outcome (a failed refund gives its reservation back) and the
-//!    key's final response ([`Lease::finish_in`]).
+//!    key's final response ([`Lease::finish_in`]), built from the row: a refund a webhook settled
+//!    first is answered as it settled, not as the gateway's replayed create answer says.
 //!
 //! Outcomes as for payments: succeeded and pending are answered 201 with the refund; declined
 //! (the gateway will not refund) is a final 502 `refund-rejected` with the reservation returned;
@@ -245,44 +246,21 @@ fn call_for<'a>(refund: &'a Refund, payment_intent: &'a str, lease: &Lease) -> R
 /// Acts on the gateway's answer about a key's refund.
 async fn conclude(lease: &Lease, mut refund: Refund, outcome: RefundOutcome) -> Result<StoredResponse, ProcessError> {
     match outcome {
-        RefundOutcome::Succeeded { refund: ref gateway_refund }
-        | RefundOutcome::Pending { refund: ref gateway_refund } => {
-            let succeeded = matches!(outcome, RefundOutcome::Succeeded { .. });
-            let gateway_refund = gateway_refund.clone();
-            refund.status = if succeeded { RefundStatus::Succeeded } else { RefundStatus::Pending };
+        RefundOutcome::Succeeded { refund: gateway_refund } => {
+            refund.status = RefundStatus::Succeeded;
             refund.gateway_refund = Some(gateway_refund);
-            let body = serde_json::to_vec(&refund.to_json()).expect("a refund always serialises");
-            let response = StoredResponse::new(StatusCode::CREATED, "application/json", Some(refund.location()), body);
-            finish(lease, &refund, None, &response).await?;
-            tracing::info!(key_id = %lease.key_id, refund = %refund.id, status = refund.status.as_str(), "refund answered");
-            Ok(response)
+            finish(lease, refund).await
+        }
+        RefundOutcome::Pending { refund: gateway_refund } => {
+            refund.status = RefundStatus::Pending;
+            refund.gateway_refund = Some(gateway_refund);
+            finish(lease, refund).await
         }
         RefundOutcome::Declined { refund: gateway_refund, code, message } => {
             refund.status = RefundStatus::Failed;
             refund.gateway_refund = gateway_refund;
-            refund.failure = Some((code.clone(), message.clone()));
-            let problem = Problem::new(
-                StatusCode::BAD_GATEWAY,
-                "refund-rejected",
-                "Refund rejected by the gateway",
-                format!(
-                    "The gateway would not refund this payment: {message} Nothing was refunded under this \
-                     Idempotency-Key, and its amount is available to refund again; this key will keep returning this \
-                     answer."
-                ),
-            )
-            .with("refund", refund.id.to_string())
-            .with("payment", refund.payment_id.to_string())
-            .with("code", code.as_str());
-            let response = StoredResponse::new(
-                StatusCode::BAD_GATEWAY,
-                problem::CONTENT_TYPE,
-                Some(refund.location()),
-                problem.to_json(),
-            );
-            finish(lease, &refund, Some(&code), &response).await?;
-            tracing::warn!(key_id = %lease.key_id, refund = %refund.id, code, "the gateway rejected a refund");
-            Ok(response)
+            refund.failure = Some((code, message));
+            finish(lease, refund).await
         }
         RefundOutcome::Refused(refusal) => {
             let retry_after = release(lease, refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
@@ -297,17 +275,18 @@ async fn conclude(lease: &Lease, mut refund: Refund, outcome: RefundOutcome) -> 
 }
 
 /// Recovery point 3: the refund's outcome and the key's response, in one transaction. A failed
-/// refund gives its reservation back to the payment in the same transaction. `given_up` stores
-/// the key as `failed` (abandoned) rather than answered.
-async fn finish(
-    lease: &Lease,
-    refund: &Refund,
-    failure_code: Option<&str>,
-    response: &StoredResponse,
-) -> Result<(), ProcessError> {
+/// refund gives its reservation back to the payment in the same transaction.
+///
+/// The refund only moves forward, and the key answers with what its row says. A webhook may have
+/// settled the refund while its key was unanswered (the gateway's answer was lost, then
+/// `refund.updated` or `refund.failed` arrived): the gateway's replayed answer to the create call
+/// still says what the refund was when it was made, and storing that would tell the client
+/// "succeeded" about a refund the books say failed (or "pending" about one that is done). A refund
+/// given up as never made ([`ABANDONED`]) stores the key as `failed` rather than answered.
+async fn finish(lease: &Lease, mut refund: Refund) -> Result<StoredResponse, ProcessError> {
     let mut tx = lease.engine().pool().begin().await?;
-    let failure_message = refund.failure.as_ref().map(|(_, message)| message.as_str());
-    sqlx::query!(
+    let (failure_code, failure_message) = refund.failure.clone().unzip();
+    let settled = sqlx::query_scalar!(
         r#"
         with refund as (
             update refunds
@@ -315,11 +294,13 @@ async fn finish(
                    failure_code = $4, failure_message = $5, updated_at = now()
              where key_id = $1 and status = 'pending'
             returning payment_id, amount
+        ), payment as (
+            update payments p
+               set amount_refunded = p.amount_refunded - refund.amount, updated_at = now()
+              from refund
+             where p.id = refund.payment_id and $2 = 'failed'
         )
-        update payments p
-           set amount_refunded = p.amount_refunded - refund.amount, updated_at = now()
-          from refund
-         where p.id = refund.payment_id and $2 = 'failed'
+        select count(*) as "settled!" from refund
         "#,
         lease.key_id,
         refund.status.as_str(),
@@ -327,13 +308,77 @@ async fn finish(
         failure_code,
         failure_message,
     )
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
-    let abandoned = response.status == StatusCode::BAD_GATEWAY && failure_code == Some(ABANDONED);
+    if settled == 0 {
+        // No longer pending: a webhook got there first. Its state is the answer.
+        let row = sqlx::query!(
+            "select status, gateway_refund_id, failure_code, failure_message from refunds where key_id = $1",
+            lease.key_id,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let status = RefundStatus::parse(&row.status)
+            .ok_or_else(|| corrupt(lease, format!("refund status {} unknown", row.status)))?;
+        if status != refund.status {
+            tracing::info!(
+                key_id = %lease.key_id,
+                refund = %refund.id,
+                gateway = refund.status.as_str(),
+                settled = status.as_str(),
+                "the refund was settled by a webhook first; answering with its settled state"
+            );
+        }
+        refund.status = status;
+        refund.gateway_refund = row.gateway_refund_id.or(refund.gateway_refund);
+        refund.failure = row.failure_code.zip(row.failure_message);
+    }
+    let response = answer(&refund);
+    let abandoned = refund.failure.as_ref().is_some_and(|(code, _)| code == ABANDONED);
     let detail = json!({"refund": refund.id.to_string(), "refund_status": refund.status.as_str()});
-    lease.finish_in(&mut tx, response, abandoned, detail).await?;
+    lease.finish_in(&mut tx, &response, abandoned, detail).await?;
     tx.commit().await?;
-    Ok(())
+    match &refund.failure {
+        Some((code, _)) => tracing::warn!(key_id = %lease.key_id, refund = %refund.id, code, "the refund failed"),
+        None => {
+            tracing::info!(key_id = %lease.key_id, refund = %refund.id, status = refund.status.as_str(), "refund answered")
+        }
+    }
+    Ok(response)
+}
+
+/// The key's final answer about its refund: 201 with the refund while it is pending or once it
+/// succeeded; a 502 problem once it failed (`refund-rejected` by the gateway, or
+/// `refund-abandoned` when the gateway confirmed it never made it).
+fn answer(refund: &Refund) -> StoredResponse {
+    let Some((code, message)) = refund.failure.as_ref().filter(|_| refund.status == RefundStatus::Failed) else {
+        let body = serde_json::to_vec(&refund.to_json()).expect("a refund always serialises");
+        return StoredResponse::new(StatusCode::CREATED, "application/json", Some(refund.location()), body);
+    };
+    let problem = if code == ABANDONED {
+        Problem::new(
+            StatusCode::BAD_GATEWAY,
+            "refund-abandoned",
+            "Refund abandoned",
+            "payonce could not complete this refund and stopped trying, and the gateway confirmed that it never made \
+             it. Nothing was refunded under this Idempotency-Key, and its amount is available to refund again: send \
+             the refund with a new Idempotency-Key.",
+        )
+    } else {
+        Problem::new(
+            StatusCode::BAD_GATEWAY,
+            "refund-rejected",
+            "Refund rejected by the gateway",
+            format!(
+                "The gateway would not refund this payment: {message} Nothing was refunded under this \
+                 Idempotency-Key, and its amount is available to refund again; this key will keep returning this \
+                 answer."
+            ),
+        )
+        .with("code", code.as_str())
+    };
+    let problem = problem.with("refund", refund.id.to_string()).with("payment", refund.payment_id.to_string());
+    StoredResponse::new(StatusCode::BAD_GATEWAY, problem::CONTENT_TYPE, Some(refund.location()), problem.to_json())
 }
 
 /// The failure code of a refund given up because the gateway confirmed it never made it.
@@ -358,24 +403,7 @@ async fn reconcile(
                 // Refunds are listed from the charge itself, not a lagging search index: none means none.
                 refund.status = RefundStatus::Failed;
                 refund.failure = Some((ABANDONED.into(), "the gateway has no such refund".into()));
-                let problem = Problem::new(
-                    StatusCode::BAD_GATEWAY,
-                    "refund-abandoned",
-                    "Refund abandoned",
-                    "payonce could not complete this refund and stopped trying, and the gateway confirmed that it never \
-                     made it. Nothing was refunded under this Idempotency-Key, and its amount is available to refund \
-                     again: send the refund with a new Idempotency-Key.",
-                )
-                .with("refund", refund.id.to_string())
-                .with("payment", refund.payment_id.to_string());
-                let response = StoredResponse::new(
-                    StatusCode::BAD_GATEWAY,
-                    problem::CONTENT_TYPE,
-                    Some(refund.location()),
-                    problem.to_json(),
-                );
-                finish(&lease, &refund, Some(ABANDONED), &response).await?;
-                return Ok(response);
+                return finish(&lease, refund).await;
             }
         }
     };

@@ -420,6 +420,49 @@ async fn a_failed_refund_event_gives_the_reservation_back() {
     assert_eq!(paid["amount_refunded"], 0);
 }
 
+/// The client's retry of a refund whose answer was lost, after `refund.failed` settled it: the
+/// gateway replays its answer to the create call (the refund as it was made: succeeded), but the
+/// key answers with what the books say, the 502 of a failed refund, and gives nothing back twice.
+#[tokio::test]
+async fn a_retry_after_a_failed_refund_event_answers_with_the_failure() {
+    let app = app().await;
+    let api_key = app.customer("acme").await;
+    let pending = refund_left_pending(&app, &api_key).await;
+    let failed = with_status(&pending.gateway, "failed", Some("expired_or_canceled_card"));
+    let body = event_of("evt_failed", "refund.failed", &failed, now(), None);
+    let (_, _, receipt) = parts(deliver(&app, &body, SECRET, now()).await).await;
+    assert_eq!(receipt["effect"], "applied", "{receipt}");
+
+    let retry = || {
+        app.client
+            .post(app.url("/v1/refunds"))
+            .bearer_auth(&api_key)
+            .header("Idempotency-Key", &pending.key)
+            .json(&pending.body)
+            .send()
+    };
+    let (status, _, answer) = parts(retry().await.unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "the refund failed: {answer}");
+    assert_eq!(answer["type"].as_str().map(|t| t.ends_with("/refund-rejected")), Some(true), "{answer}");
+    assert_eq!(
+        (answer["refund"].as_str(), answer["code"].as_str()),
+        (Some(pending.refund.as_str()), Some("expired_or_canceled_card"))
+    );
+    let gateway_id = pending.gateway["id"].as_str().map(str::to_owned);
+    assert_eq!(
+        refund_row(&app).await,
+        ("failed".into(), gateway_id, Some("expired_or_canceled_card".into()), 0),
+        "failed once, its amount given back once"
+    );
+    let (status, headers, replayed) = parts(retry().await.unwrap()).await;
+    assert_eq!(
+        (status, headers.get("idempotent-replayed").map(|v| v.to_str().unwrap())),
+        (StatusCode::BAD_GATEWAY, Some("true"))
+    );
+    assert_eq!(replayed, answer);
+    assert_eq!(gateway_get(&app, "v1/refunds").await["data"].as_array().unwrap().len(), 1, "one gateway refund");
+}
+
 /// Events naming a refund (or a charge) payonce does not have are recorded as unmatched and
 /// change nothing; a refund event payonce cannot place by its metadata, id or key is one of them.
 #[tokio::test]
