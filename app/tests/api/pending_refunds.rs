@@ -2,7 +2,8 @@
 //! answered 201 `pending` and, with no webhook ever arriving (none is registered here), the
 //! sweeper looks it up at the gateway on its schedule and settles it with what the gateway says:
 //! succeeded, or failed with its reservation given back once. No answer that tells changes
-//! nothing and is asked again later.
+//! nothing and is asked again later. When the webhook does arrive, it settles the refund and the
+//! look-ups stop.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, new_key, no_backoff, parts};
+use crate::helpers::{Options, TestApp, new_key, no_backoff, parts};
 
 /// The refund, as payonce and the gateway know it.
 struct Pending {
@@ -216,4 +217,26 @@ async fn a_pending_refund_stays_pending_while_the_gateway_is_unavailable() {
     let report = sweep(&sweeper).await;
     assert_eq!(report.refunds_settled, 1, "{report:?}");
     assert_eq!(row(&app).await, ("succeeded".into(), false, 3, 1500));
+}
+
+/// With webhooks (the built-in simulator registers payonce's endpoint), the refund's
+/// `refund.updated` settles it first: it is unscheduled in the same statement, and the sweeper
+/// never asks the gateway about it.
+#[tokio::test]
+async fn a_refund_its_webhook_settled_is_no_longer_looked_up() {
+    let app = TestApp::spawn_with(Options { builtin_simulator: true, ..Default::default() }).await;
+    let api_key = app.customer("acme").await;
+    let sweeper = sweeper(&app);
+    let pending = refund_left_pending(&app, &sweeper, &api_key).await;
+
+    settle(&app, &pending.gateway_refund, "succeed").await;
+    let started = Instant::now();
+    while row(&app).await.0 != "succeeded" {
+        assert!(started.elapsed() < Duration::from_secs(10), "the refund's webhook never settled it");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(row(&app).await, ("succeeded".into(), false, 0, 1500), "settled and unscheduled by the webhook");
+    let report = sweep(&sweeper).await;
+    assert_eq!(report.refunds_looked_up, 0, "{report:?}");
+    assert!(reconciliations(&app, &pending.key).await.is_empty());
 }
