@@ -41,6 +41,7 @@
 //!                the payment at the first write (the claim's transaction), so different keys
 //!                never refund more than was paid
 //!   webhook      Stripe's refund events, applied forward only (a handler of the inbox)
+//!   reconcile    pending refunds looked up at the gateway when due (the net under webhooks)
 //! inbox          the webhook inbox: each Stripe event recorded once (`webhook_events`) in the
 //!                transaction of its effect, handed by type to payments::webhook or
 //!                refunds::webhook, redeliveries noted on the timeline it went on
@@ -48,7 +49,7 @@
 //!                downstream idempotency key
 //!   outcome      every answer as one of succeeded, declined, pending, refused, unknown
 //! sweeper        the background worker: completes abandoned keys, reconciles spent keys and
-//!                pending payments, deletes expired keys
+//!                pending payments and refunds, deletes expired keys
 //! simulator      a Stripe-wire-compatible simulator: PaymentIntents, refunds, search, events and
 //!                signed webhook deliveries, a ledger, faults
 //! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
@@ -71,7 +72,8 @@
 //!                                  └─ completed ─► stored response replayed
 //!
 //! sweeper ─► idempotency::recovery (abandoned keys) ─► payments::process (the same code)
-//!        └─► spent keys, pending payments ─► payments::reconcile ─► gateway (retrieve, replay, search)
+//!        ├─► spent keys, pending payments ─► payments::reconcile ─► gateway (retrieve, replay, search)
+//!        └─► pending refunds ─► refunds::reconcile ─► gateway (retrieve)
 //! Stripe ─► POST /webhooks/stripe ─► inbox ─► payments::webhook | refunds::webhook
 //!                                         (the event's id and its effect, one transaction)
 //! ```

@@ -16,8 +16,11 @@
 //! 2. **Pending payments.** Looks up payments whose key answered 202 (`requires_action`,
 //!    `processing`) when their look-up is due, and moves them forward with what Stripe says:
 //!    the safety net under webhooks.
-//! 3. **Reaper.** Deletes final keys past their expiry, in small batches. Payments stay.
-//! 4. **Purge.** Deletes key events and webhook inbox entries past their retention.
+//! 3. **Pending refunds.** The same for refunds the gateway answered `pending`: each is
+//!    retrieved by the gateway's refund id when its look-up is due, and settles (a failed one
+//!    giving its reservation back) or is asked again later ([`crate::refunds::reconcile`]).
+//! 4. **Reaper.** Deletes final keys past their expiry, in small batches. Payments stay.
+//! 5. **Purge.** Deletes key events and webhook inbox entries past their retention.
 
 use std::future::Future;
 use std::time::Duration;
@@ -28,6 +31,7 @@ use tracing::Instrument;
 use crate::gateway::Gateway;
 use crate::idempotency::{Engine, Operations, ProcessError};
 use crate::payments::reconcile::{self, Looked};
+use crate::refunds::reconcile as refund_reconcile;
 
 /// How the sweeper paces itself. The budget and the backoff it applies are the engine's
 /// ([`crate::idempotency::Budget`]): the same for clients and sweepers.
@@ -65,6 +69,10 @@ pub struct SweepReport {
     pub looked_up: usize,
     /// Pending payments that moved forward when looked up.
     pub moved: usize,
+    /// Pending refunds looked up.
+    pub refunds_looked_up: usize,
+    /// Pending refunds that settled (succeeded or failed) when looked up.
+    pub refunds_settled: usize,
     /// Keys a client retry took over while the sweeper held them (the client finishes them).
     pub lost: usize,
     /// Keys that hit a database or data error.
@@ -139,6 +147,12 @@ impl Sweeper {
         }
         for _ in 0..MAX_BATCHES {
             let taken = self.look_up_pending(&mut report).await;
+            if taken < BATCH as usize {
+                break;
+            }
+        }
+        for _ in 0..MAX_BATCHES {
+            let taken = self.look_up_pending_refunds(&mut report).await;
             if taken < BATCH as usize {
                 break;
             }
@@ -258,6 +272,46 @@ impl Sweeper {
                 }
                 Err(err) => {
                     tracing::error!(error = %err, "a look-up task panicked");
+                    report.errors += 1;
+                }
+            }
+        }
+        taken
+    }
+
+    /// Looks up one batch of pending refunds whose look-up is due, concurrently. Returns how many
+    /// it took.
+    async fn look_up_pending_refunds(&self, report: &mut SweepReport) -> usize {
+        let due = match refund_reconcile::due_pending(&self.engine, BATCH).await {
+            Ok(due) => due,
+            Err(err) => {
+                tracing::warn!(error = %err, "looking for pending refunds failed");
+                report.errors += 1;
+                return 0;
+            }
+        };
+        let taken = due.len();
+        let mut work = JoinSet::new();
+        for refund in due {
+            let (engine, gateway) = (self.engine.clone(), self.gateway.clone());
+            let span = tracing::info_span!("look_up_refund", refund = %refund.id, status = refund.status);
+            work.spawn(async move { refund_reconcile::pending(&engine, &gateway, &refund).await }.instrument(span));
+        }
+        while let Some(joined) = work.join_next().await {
+            match joined {
+                Ok(Ok(looked)) => {
+                    report.refunds_looked_up += 1;
+                    if let refund_reconcile::Looked::Moved(status) = looked {
+                        tracing::info!(status = status.as_str(), "a pending refund settled");
+                        report.refunds_settled += 1;
+                    }
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "looking a pending refund up failed");
+                    report.errors += 1;
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "a refund look-up task panicked");
                     report.errors += 1;
                 }
             }

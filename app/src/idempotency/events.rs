@@ -114,8 +114,9 @@ impl EventLog {
 }
 
 /// Writes one event now and waits for it: for what must not be lost (what the gateway said about
-/// a payment), outside a statement that could carry it.
-pub async fn write(pool: &PgPool, event: Event) -> sqlx::Result<()> {
+/// a payment), outside a statement that could carry it. On a pool, or inside a transaction with
+/// the effect it describes.
+pub async fn write<'e>(executor: impl sqlx::PgExecutor<'e>, event: Event) -> sqlx::Result<()> {
     sqlx::query!(
         r#"
         insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
@@ -127,7 +128,7 @@ pub async fn write(pool: &PgPool, event: Event) -> sqlx::Result<()> {
         event.lease_token,
         event.detail,
     )
-    .execute(pool)
+    .execute(executor)
     .await?;
     event.kind.count(1);
     Ok(())

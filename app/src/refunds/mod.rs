@@ -5,7 +5,9 @@
 //! * [`process`]: the refund as an [`crate::idempotency::Idempotent`] operation: the reservation
 //!   committed with the claim, the gateway call, the final write;
 //! * [`model`]: the refund, its id, its statuses and its JSON;
-//! * [`store`]: reading refunds back;
+//! * [`store`]: reading refunds back, and moving a pending one forward;
+//! * [`reconcile`]: looking pending refunds up at the gateway when no webhook told (the
+//!   sweeper's safety net);
 //! * [`webhook`]: Stripe's refund events, applied forward only (the refunds' handler of the
 //!   webhook inbox, [`crate::inbox`]).
 //!
@@ -17,6 +19,7 @@
 
 pub mod model;
 pub mod process;
+pub mod reconcile;
 pub mod request;
 pub mod store;
 pub mod webhook;

@@ -15,7 +15,8 @@
 //!    heartbeat.
 //! 3. One transaction: the refund's outcome (a failed refund gives its reservation back) and the
 //!    key's final response ([`Lease::finish_in`]), built from the row: a refund a webhook settled
-//!    first is answered as it settled, not as the gateway's replayed create answer says.
+//!    first is answered as it settled, not as the gateway's replayed create answer says. A
+//!    refund left pending is scheduled for look-ups ([`super::reconcile`]) until it settles.
 //!
 //! Outcomes as for payments: succeeded and pending are answered 201 with the refund; declined
 //! (the gateway will not refund) is a final 502 `refund-rejected` with the reservation returned;
@@ -284,14 +285,21 @@ async fn conclude(lease: &Lease, mut refund: Refund, outcome: RefundOutcome) -> 
 /// "succeeded" about a refund the books say failed (or "pending" about one that is done). A refund
 /// given up as never made ([`ABANDONED`]) stores the key as `failed` rather than answered.
 async fn finish(lease: &Lease, mut refund: Refund) -> Result<StoredResponse, ProcessError> {
+    let budget = lease.engine().settings().budget;
     let mut tx = lease.engine().pool().begin().await?;
     let (failure_code, failure_message) = refund.failure.clone().unzip();
+    // Left pending with the gateway's id, it is looked up on the pending payments' schedule
+    // (`refunds::reconcile`) in case no webhook ever tells; final, it is not.
     let settled = sqlx::query_scalar!(
         r#"
         with refund as (
             update refunds
                set status = $2, gateway_refund_id = coalesce($3, gateway_refund_id),
-                   failure_code = $4, failure_message = $5, updated_at = now()
+                   failure_code = $4, failure_message = $5,
+                   reconcile_at = case when $2 = 'pending' and coalesce($3, gateway_refund_id) is not null
+                                       then coalesce(reconcile_at, now() + payonce_backoff(1, $6, $7))
+                                  end,
+                   updated_at = now()
              where key_id = $1 and status = 'pending'
             returning payment_id, amount
         ), payment as (
@@ -307,6 +315,8 @@ async fn finish(lease: &Lease, mut refund: Refund) -> Result<StoredResponse, Pro
         refund.gateway_refund,
         failure_code,
         failure_message,
+        budget.backoff.base.as_secs_f64(),
+        budget.pending_cap.as_secs_f64(),
     )
     .fetch_one(&mut *tx)
     .await?;

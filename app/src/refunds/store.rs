@@ -1,6 +1,7 @@
-//! Reading refunds back.
+//! Reading refunds back, and moving a pending one forward with what the gateway says after its
+//! key answered (a webhook, a reconciliation).
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -128,4 +129,49 @@ pub async fn list(
     rows.truncate(limit as usize);
     let refunds = rows.into_iter().map(Refund::try_from).collect::<sqlx::Result<_>>()?;
     Ok((refunds, has_more))
+}
+
+/// Moves refund `id` to `status` (succeeded or failed) if it is still pending, and fills in the
+/// gateway's refund id if missing (`status` `None`: only that). A failed refund gives its
+/// reservation back to the payment in the same statement, so exactly once: the `status =
+/// 'pending'` condition is the forward-only rule itself. A refund that leaves pending is no
+/// longer looked up (`reconcile_at` cleared). Returns whether it moved. The one statement the
+/// webhook and the sweeper's look-ups share; the caller holds the refund's row lock.
+pub async fn advance(
+    conn: &mut PgConnection,
+    id: Uuid,
+    status: Option<RefundStatus>,
+    gateway_refund: &str,
+    failure: Option<(&str, &str)>,
+) -> sqlx::Result<bool> {
+    let status = status.map(RefundStatus::as_str);
+    let moved = sqlx::query_scalar!(
+        r#"
+        with moved as (
+            update refunds
+               set status = coalesce($2, status),
+                   gateway_refund_id = coalesce(gateway_refund_id, $3),
+                   failure_code = case when $2 = 'failed' then $4 else failure_code end,
+                   failure_message = case when $2 = 'failed' then $5 else failure_message end,
+                   reconcile_at = case when $2::text is null then reconcile_at end,
+                   updated_at = now()
+             where id = $1 and ($2::text is null or status = 'pending')
+            returning payment_id, amount
+        ), payment as (
+            update payments p
+               set amount_refunded = p.amount_refunded - moved.amount, updated_at = now()
+              from moved
+             where p.id = moved.payment_id and $2 = 'failed'
+        )
+        select count(*) > 0 and $2::text is not null as "moved!" from moved
+        "#,
+        id,
+        status,
+        gateway_refund,
+        failure.map(|(code, _)| code),
+        failure.map(|(_, message)| message),
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(moved)
 }

@@ -33,6 +33,7 @@ use stripe_webhook::EventObject;
 use uuid::Uuid;
 
 use super::model::{RefundId, RefundStatus};
+use super::store;
 use crate::gateway::{self, RefundOutcome};
 use crate::idempotency::{BoxFuture, Engine};
 use crate::inbox::{self, Delivery, Effect, Handled, Handler, Timeline};
@@ -215,36 +216,12 @@ async fn find(
 }
 
 /// Moves a pending refund to the status the gateway said (a failed one gives its reservation
-/// back to the payment, in the same transaction), and fills in the gateway's refund id if
-/// missing. The `status = 'pending'` condition is the forward-only rule itself.
+/// back to the payment, in the same statement), and fills in the gateway's refund id if missing:
+/// [`store::advance`], the statement the sweeper's look-ups use too.
 async fn advance(tx: &mut PgConnection, target: &Target, to: Option<&Said>, gateway_refund: &str) -> sqlx::Result<()> {
+    let failure = to.and_then(|said| said.failure.as_ref()).map(|(code, message)| (code.as_str(), message.as_str()));
+    store::advance(tx, target.id, to.map(|said| said.status), gateway_refund, failure).await?;
     let status = to.map(|said| said.status.as_str());
-    let failure = to.and_then(|said| said.failure.as_ref());
-    sqlx::query!(
-        r#"
-        with moved as (
-            update refunds
-               set status = coalesce($2, status),
-                   gateway_refund_id = coalesce(gateway_refund_id, $3),
-                   failure_code = case when $2 = 'failed' then $4 else failure_code end,
-                   failure_message = case when $2 = 'failed' then $5 else failure_message end,
-                   updated_at = now()
-             where id = $1 and ($2::text is null or status = 'pending')
-            returning payment_id, amount
-        )
-        update payments p
-           set amount_refunded = p.amount_refunded - moved.amount, updated_at = now()
-          from moved
-         where p.id = moved.payment_id and $2 = 'failed'
-        "#,
-        target.id,
-        status,
-        gateway_refund,
-        failure.map(|(code, _)| code.as_str()),
-        failure.map(|(_, message)| message.as_str()),
-    )
-    .execute(tx)
-    .await?;
     tracing::info!(refund = %RefundId(target.id), to = status, amount = target.amount, "refund advanced by a webhook event");
     Ok(())
 }

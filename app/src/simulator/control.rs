@@ -13,6 +13,8 @@
 //!                       results, faults, settings
 //! POST /_sim/payment_intents/{id}/authenticate  {"outcome": "succeed"|"fail"}: the customer
 //!                       answers 3-D Secure
+//! POST /_sim/refunds/{id}/settle  {"outcome": "succeed"|"fail"}: a pending (bank debit) refund
+//!                       settles now
 //! POST /_sim/webhooks/release  {"order": "reverse"|"shuffle"|"fifo"}: send the held deliveries
 //! ```
 
@@ -31,6 +33,7 @@ use super::faults::{Faults, FaultsError};
 use super::jobs;
 use super::ledger::{Charge, Refund};
 use super::payment_intents;
+use super::refunds;
 use super::response::SavedResponse;
 use super::state::{Settings, SettingsError, Simulator, State as SimState};
 use super::webhooks::delivery;
@@ -45,6 +48,7 @@ pub(crate) fn router() -> Router<Simulator> {
         .route("/_sim/settings", get(settings).put(set_settings))
         .route("/_sim/reset", post(reset))
         .route("/_sim/payment_intents/{id}/authenticate", post(authenticate))
+        .route("/_sim/refunds/{id}/settle", post(settle_refund))
         .route("/_sim/webhooks/release", post(release))
 }
 
@@ -202,6 +206,19 @@ async fn authenticate(
     let succeed = matches!(outcome, AuthenticationOutcome::Succeed);
     let intent = jobs::transact(&sim, |state| payment_intents::authenticate(state, &id, succeed))?;
     Ok(SavedResponse::ok(&intent, "authenticated").respond(false))
+}
+
+/// A pending (bank debit) refund settles now, as the bank says; answers the refund as it now is.
+async fn settle_refund(
+    State(sim): State<Simulator>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = path?;
+    let Authentication { outcome } = parse_json(body, "settlement")?;
+    let succeed = matches!(outcome, AuthenticationOutcome::Succeed);
+    let refund = jobs::transact(&sim, |state| refunds::settle(state, &id, succeed))?;
+    Ok(SavedResponse::ok(&refund, "settled").respond(false))
 }
 
 #[derive(Default, Deserialize)]

@@ -43,12 +43,14 @@
 //! # What it is not
 //!
 //! Not a Stripe emulator. There are no customers, separate confirm or capture calls, cancels,
-//! disputes, payouts, Connect, rate limits or live mode; refunds always succeed at once;
-//! bank debits need no mandate or verification; searches see new objects at once (Stripe's
-//! index may lag up to a minute); saved idempotent results never expire (Stripe keeps them 24
-//! hours); events are rendered in the API version async-stripe pins, whatever the endpoint's
-//! `api_version`; webhook URLs must be plain `http` (it has no TLS client); all state is in
-//! memory and lost when the process exits. What is outside the subset is refused loudly
+//! disputes, payouts, Connect, rate limits or live mode; card refunds always succeed at once,
+//! bank-debit refunds stay `pending` for the processing knob and fail only when told to
+//! (`POST /_sim/refunds/{id}/settle`); bank debits need no mandate or verification; searches
+//! see new objects at once (Stripe's index may lag up to a minute); saved idempotent results
+//! never expire (Stripe keeps them 24 hours); events are rendered in the API version
+//! async-stripe pins, whatever the endpoint's `api_version`; webhook URLs must be plain `http`
+//! (it has no TLS client); all state is in memory and lost when the process exits. What is
+//! outside the subset is refused loudly
 //! (`parameter_unknown`, Stripe's 404, a 400 naming unsupported search syntax) rather than
 //! ignored; only `expand` (honoured for a PaymentIntent's `latest_charge`) and `mandate_data`
 //! are accepted without effect.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::faults::FaultState;
 use super::idempotency::Keys;
-use super::ledger::Ledger;
+use super::ledger::{self, Ledger};
 use super::objects::{Charge, Event, PaymentIntent, Refund, WebhookEndpoint};
 use super::webhooks::log::{DeliveryJob, EventLog};
 
@@ -115,6 +115,8 @@ pub(crate) struct Account {
     /// Refunds by id, and their ids in creation order.
     pub refunds: HashMap<String, Refund>,
     pub refund_order: Vec<String>,
+    /// The ledger entries of pending refunds (bank debits), recorded once each succeeds.
+    pub pending_refunds: HashMap<String, ledger::Refund>,
     /// Webhook endpoints in creation order (each with its secret).
     pub webhook_endpoints: Vec<WebhookEndpoint>,
     /// Events in creation order, and their positions by id.
@@ -136,7 +138,8 @@ pub(crate) enum Job {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
-    /// How long a bank debit (`pm_usBankAccount_*`) stays `processing`, in milliseconds.
+    /// How long a bank debit (`pm_usBankAccount_*`) stays `processing`, and its refunds
+    /// `pending`, in milliseconds.
     pub processing_ms: u64,
     /// How long a webhook endpoint has to answer one delivery attempt, in milliseconds.
     pub webhook_timeout_ms: u64,

@@ -21,6 +21,7 @@ mod login;
 mod openapi;
 mod outage;
 mod pending;
+mod pending_refunds;
 mod reconcile;
 mod recovery;
 mod refunds;

@@ -41,7 +41,10 @@ pub(crate) struct Refund {
     pub reason: Option<RefundReason>,
     pub receipt_number: Option<String>,
     pub source_transfer_reversal: Option<String>,
-    /// Always `succeeded`: card refunds succeed at once.
+    /// `succeeded` at once for a card; `pending` for a bank debit until it settles (after the
+    /// processing knob, or `POST /_sim/refunds/{id}/settle`), then `succeeded` or `failed`.
     pub status: &'static str,
+    /// Why a failed refund failed (`declined`); null otherwise.
+    pub failure_reason: Option<&'static str>,
     pub transfer_reversal: Option<String>,
 }

@@ -1,6 +1,10 @@
 //! What `POST /v1/refunds` does, under the lock: find the charge, check what remains, refund,
 //! record it in the ledger, emit the events. Card refunds succeed at once; the acquirer's
-//! reference arrives later (`refund.updated`, after the processing knob), as on Stripe.
+//! reference arrives later (`refund.updated`, after the processing knob), as on Stripe. A bank
+//! debit's refund is `pending` (its amount taken from what the charge can still refund) and
+//! settles after the processing knob: `succeeded` (`refund.updated`, and only then the ledger),
+//! or, when told so ([`settle`], `POST /_sim/refunds/{id}/settle`), `failed` (`refund.failed`,
+//! its amount refundable again).
 
 use std::collections::BTreeMap;
 
@@ -11,6 +15,7 @@ use crate::simulator::events::emit;
 use crate::simulator::execution::Ctx;
 use crate::simulator::ledger;
 use crate::simulator::objects::{EventRequest, Refund, RefundReason, Status, new_id, now, random_alphanumeric};
+use crate::simulator::payment_methods::{self, CardBehaviour};
 use crate::simulator::response::{SavedResponse, to_value};
 use crate::simulator::state::State;
 
@@ -101,6 +106,11 @@ fn refund(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Result<Refund,
     charge.amount_refunded += amount;
     charge.refunded = charge.amount_refunded == charge.amount_captured;
     let charge = charge.clone();
+    let bank_debit = charge
+        .payment_method
+        .as_deref()
+        .and_then(payment_methods::lookup)
+        .is_some_and(|behaviour| matches!(behaviour, CardBehaviour::BankDebit(_)));
     let refund = Refund {
         id: new_id("re"),
         object: "refund",
@@ -115,12 +125,13 @@ fn refund(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Result<Refund,
         reason: params.reason,
         receipt_number: None,
         source_transfer_reversal: None,
-        status: "succeeded",
+        status: if bank_debit { "pending" } else { "succeeded" },
+        failure_reason: None,
         transfer_reversal: None,
     };
     account.refund_order.push(refund.id.clone());
     account.refunds.insert(refund.id.clone(), refund.clone());
-    state.ledger.record_refund(ledger::Refund {
+    let entry = ledger::Refund {
         refund: refund.id.clone(),
         charge: charge.id.clone(),
         payment_intent: charge.payment_intent.clone(),
@@ -130,12 +141,63 @@ fn refund(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Result<Refund,
         reason: refund.reason.map(|reason| to_value(&reason).as_str().unwrap_or_default().to_owned()),
         metadata: refund.metadata.clone(),
         created: refund.created,
-    });
+    };
+    if bank_debit {
+        account.pending_refunds.insert(refund.id.clone(), entry);
+    } else {
+        state.ledger.record_refund(entry);
+    }
     emit(state, &ctx.api_key, "refund.created", to_value(&refund), None, &ctx.request);
     emit(state, &ctx.api_key, "charge.refunded", to_value(&charge), None, &ctx.request);
     let (api_key, id) = (ctx.api_key.clone(), refund.id.clone());
     let processing = state.settings.processing();
-    state.later(processing, move |state| reference_arrives(state, &api_key, &id));
+    if bank_debit {
+        // Settled already (told to fail) is not an error here: the timer finds nothing pending.
+        state.later(processing, move |state| drop(settle_in(state, &api_key, &id, true)));
+    } else {
+        state.later(processing, move |state| reference_arrives(state, &api_key, &id));
+    }
+    Ok(refund)
+}
+
+/// Settles a pending (bank debit) refund now: `succeeded` (`refund.updated`, and into the
+/// ledger) or `failed` (`refund.failed`, `failure_reason: declined`, its amount refundable on
+/// the charge again). Answers the refund as it now is; 400 if it is not pending.
+pub(crate) fn settle(state: &mut State, id: &str, succeed: bool) -> Result<Refund, ApiError> {
+    let api_key = state
+        .accounts
+        .iter()
+        .find(|(_, account)| account.refunds.contains_key(id))
+        .map(|(api_key, _)| api_key.clone())
+        .ok_or_else(|| ApiError::not_found("refund", id, "id"))?;
+    settle_in(state, &api_key, id, succeed)
+}
+
+fn settle_in(state: &mut State, api_key: &str, id: &str, succeed: bool) -> Result<Refund, ApiError> {
+    let account = state.account(api_key);
+    let refund = account.refunds.get_mut(id).ok_or_else(|| ApiError::not_found("refund", id, "id"))?;
+    if refund.status != "pending" {
+        return Err(ApiError::invalid_request(format!("This refund is not pending: its status is {}.", refund.status)));
+    }
+    let entry = account.pending_refunds.remove(id);
+    let previous = json!({"status": "pending"});
+    if succeed {
+        refund.status = "succeeded";
+        let refund = refund.clone();
+        if let Some(entry) = entry {
+            state.ledger.record_refund(entry);
+        }
+        emit(state, api_key, "refund.updated", to_value(&refund), Some(previous), &EventRequest::default());
+        return Ok(refund);
+    }
+    refund.status = "failed";
+    refund.failure_reason = Some("declined");
+    let refund = refund.clone();
+    if let Some(charge) = account.charges.get_mut(&refund.charge) {
+        charge.amount_refunded -= refund.amount;
+        charge.refunded = false;
+    }
+    emit(state, api_key, "refund.failed", to_value(&refund), Some(previous), &EventRequest::default());
     Ok(refund)
 }
 

@@ -15,6 +15,7 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use axum::routing::get;
 
+pub(crate) use create::settle;
 use create::{RefundParams, Target};
 
 use crate::simulator::error::ApiError;

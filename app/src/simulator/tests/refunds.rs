@@ -198,3 +198,47 @@ async fn faults_apply_to_refunds() {
     refund(&sim, intent.id.as_str(), None, "r").await.expect("refunded");
     assert_eq!(sim.sim().refunds().len(), 1);
 }
+
+/// A bank debit's refund is `pending`, out of the ledger, until it settles: after the processing
+/// knob it `succeeded` (`refund.updated`, and into the ledger); told to fail instead
+/// (`POST /_sim/refunds/{id}/settle`), it is `failed` (`refund.failed`, `failure_reason`
+/// `declined`), its amount refundable on the charge again, and it never enters the ledger.
+#[tokio::test]
+async fn bank_debit_refunds_are_pending_until_they_settle() {
+    let sim = TestSim::start().await;
+    sim.fast().await;
+    let intent = sim.pay("pm_usBankAccount_success", "ach").await.expect("processing");
+    let id = intent.id.as_str();
+    assert_eq!(sim.wait_for_charges(1).await.len(), 1, "the bank debit settled");
+
+    let first = refund(&sim, id, Some(500), "r1").await.expect("accepted");
+    assert_eq!(first.status.as_deref(), Some("pending"));
+    assert!(sim.sim().refunds().is_empty(), "no money moved back yet");
+    super::wait_for("the refund to settle", || (!sim.sim().refunds().is_empty()).then_some(())).await;
+    let retrieved = RetrieveRefund::new(first.id.clone()).send(&sim.stripe()).await.expect("retrieved");
+    assert_eq!(retrieved.status.as_deref(), Some("succeeded"));
+    assert_eq!(sim.sim().refunds()[0].refund, first.id.as_str());
+
+    sim.set_settings(json!({"processing_ms": 600_000})).await;
+    let second = refund(&sim, id, Some(750), "r2").await.expect("accepted");
+    assert_eq!(second.status.as_deref(), Some("pending"));
+    let failed =
+        sim.request(Method::POST, &format!("_sim/refunds/{}/settle", second.id)).json(&json!({"outcome": "fail"}));
+    let failed = Response::send(failed).await;
+    assert_eq!((failed.status, failed.body["status"].as_str()), (200, Some("failed")), "{:?}", failed.body);
+    assert_eq!(failed.body["failure_reason"], "declined");
+    let again =
+        sim.request(Method::POST, &format!("_sim/refunds/{}/settle", second.id)).json(&json!({"outcome": "succeed"}));
+    assert_eq!(Response::send(again).await.status, 400, "a settled refund does not settle again");
+    let retrieved = RetrieveRefund::new(second.id.clone()).send(&sim.stripe()).await.expect("retrieved");
+    assert_eq!((retrieved.status.as_deref(), retrieved.failure_reason.as_deref()), (Some("failed"), Some("declined")));
+    let kinds: Vec<_> = sim.sim().events().into_iter().map(|event| event.kind).collect();
+    assert!(kinds.contains(&"refund.updated".to_owned()) && kinds.contains(&"refund.failed".to_owned()), "{kinds:?}");
+
+    let charge_id = intent.latest_charge.as_ref().expect("charged").id().clone();
+    let charge = RetrieveCharge::new(charge_id).send(&sim.stripe()).await.expect("the charge");
+    assert_eq!(charge.amount_refunded, 500, "the failed refund's amount is refundable again");
+    assert_eq!(sim.sim().refunds().len(), 1, "only the refund that succeeded is in the ledger");
+    let rest = refund(&sim, id, Some(750), "r3").await.expect("what remains is refundable");
+    assert_eq!(rest.status.as_deref(), Some("pending"));
+}
