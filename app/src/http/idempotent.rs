@@ -8,11 +8,27 @@
 use std::sync::Arc;
 
 use axum::response::Response;
+use serde::Serialize;
 use tracing::Instrument;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::idempotency::{Answer, Idempotent, Operation, SubmitError};
+use uuid::Uuid;
+
+use crate::idempotency::{Answer, IdempotencyKey, Idempotent, Operation, SubmitError};
+
+/// The engine's operation for a customer's canonical `request` to `POST route` under a client
+/// key: its scope and fingerprint. Built the same way for the API and for the pages that reuse
+/// an endpoint (the shop's checkout, the dashboard's refund form), so their keys fingerprint alike.
+pub fn operation(
+    customer_id: Uuid,
+    key: IdempotencyKey,
+    route: &'static str,
+    request: &impl Serialize,
+) -> Result<Operation, ApiError> {
+    let request = serde_json::to_value(request).map_err(|err| ApiError::Internal(err.to_string()))?;
+    Ok(Operation::new(customer_id, key, "POST", route, request))
+}
 
 /// Runs `op` through `operation` to its final answer.
 ///

@@ -13,6 +13,7 @@ pub mod extract;
 pub mod health;
 pub mod idempotent;
 pub mod lab;
+pub mod list;
 pub mod openapi;
 pub mod payments;
 pub mod problem;

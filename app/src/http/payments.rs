@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
+use super::list::{self, ListObject};
 use super::openapi::problems;
 use super::{AppState, idempotent};
 pub use crate::idempotency::Answer;
@@ -101,8 +102,7 @@ async fn create(
 /// The idempotent operation of creating `request` for a customer under a client key. The shop's
 /// checkout builds its payments here too, so they are fingerprinted exactly like API requests.
 pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewPayment) -> Result<Operation, ApiError> {
-    let request = serde_json::to_value(request).map_err(|err| ApiError::Internal(err.to_string()))?;
-    Ok(Operation::new(customer_id, key, "POST", payments::ROUTE, request))
+    idempotent::operation(customer_id, key, payments::ROUTE, request)
 }
 
 /// Runs a payment operation to its final answer, or fails with why it has none yet (in flight,
@@ -177,13 +177,6 @@ pub struct PaymentList {
     pub has_more: bool,
 }
 
-/// The `object` member of a list: always `list`.
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ListObject {
-    List,
-}
-
 /// The caller's payments, newest first.
 #[utoipa::path(
     get,
@@ -199,16 +192,9 @@ async fn list(
     Authenticated(customer): Authenticated,
     Query(params): Query<ListParams>,
 ) -> Result<Response, ApiError> {
-    let limit = params.limit.unwrap_or(10);
-    if !(1..=100).contains(&limit) {
-        return Err(ApiError::invalid("limit must be between 1 and 100"));
-    }
-    let starting_after = match params.starting_after.as_deref() {
-        None => None,
-        Some(id) => {
-            Some(PaymentId::parse(id).ok_or_else(|| ApiError::invalid("starting_after must be a payment id (pay_…)"))?)
-        }
-    };
+    let limit = list::limit(params.limit)?;
+    let starting_after =
+        list::id(params.starting_after.as_deref(), PaymentId::parse, "starting_after must be a payment id (pay_…)")?;
     let (payments, has_more) = store::list(state.engine.pool(), customer.id, limit, starting_after).await?;
     let data = payments.iter().map(|p| p.view()).collect();
     Ok(axum::Json(PaymentList { object: ListObject::List, url: payments::ROUTE, data, has_more }).into_response())

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
+use super::list::{self, ListObject};
 use super::openapi::problems;
-use super::payments::ListObject;
 use super::{AppState, idempotent};
 use crate::idempotency::{Answer, IdempotencyKey, Operation};
 use crate::payments::PaymentId;
@@ -94,8 +94,7 @@ fn refunder(state: &AppState) -> Arc<Refunds> {
 /// dashboard's refund form builds its refunds here too, so they are fingerprinted exactly like
 /// API requests.
 pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewRefund) -> Result<Operation, ApiError> {
-    let request = serde_json::to_value(request).map_err(|err| ApiError::Internal(err.to_string()))?;
-    Ok(Operation::new(customer_id, key, "POST", refunds::ROUTE, request))
+    idempotent::operation(customer_id, key, refunds::ROUTE, request)
 }
 
 /// Runs a refund operation through the engine to its final answer (new, replayed, or refused by
@@ -168,22 +167,10 @@ async fn list(
     Authenticated(customer): Authenticated,
     Query(params): Query<ListParams>,
 ) -> Result<Response, ApiError> {
-    let limit = params.limit.unwrap_or(10);
-    if !(1..=100).contains(&limit) {
-        return Err(ApiError::invalid("limit must be between 1 and 100"));
-    }
-    let payment = match params.payment.as_deref() {
-        None => None,
-        Some(id) => {
-            Some(PaymentId::parse(id).ok_or_else(|| ApiError::invalid("payment must be a payment id (pay_…)"))?)
-        }
-    };
-    let starting_after = match params.starting_after.as_deref() {
-        None => None,
-        Some(id) => {
-            Some(RefundId::parse(id).ok_or_else(|| ApiError::invalid("starting_after must be a refund id (re_…)"))?)
-        }
-    };
+    let limit = list::limit(params.limit)?;
+    let payment = list::id(params.payment.as_deref(), PaymentId::parse, "payment must be a payment id (pay_…)")?;
+    let starting_after =
+        list::id(params.starting_after.as_deref(), RefundId::parse, "starting_after must be a refund id (re_…)")?;
     let (refunds, has_more) = store::list(state.engine.pool(), customer.id, payment, limit, starting_after).await?;
     let data = refunds.iter().map(|r| r.view()).collect();
     Ok(axum::Json(RefundList { object: ListObject::List, url: refunds::ROUTE, data, has_more }).into_response())
