@@ -8,9 +8,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Barrier;
-
-use super::{Run, payment, pays};
+use super::{Request, Run, payment, pays};
 use crate::client::Answer;
 use crate::stats::Verdict;
 
@@ -21,25 +19,7 @@ pub async fn worker(run: Arc<Run>, worker: u32) {
         let key = run.key(worker, n);
         let amount = 1000 + (n % 1000) as i64;
         n += 1;
-        let body = Arc::new(payment(amount));
-        let barrier = Arc::new(Barrier::new(duplicates));
-        let requests: Vec<_> = (0..duplicates)
-            .map(|_| {
-                let (run, key, body, barrier) = (run.clone(), key.clone(), body.clone(), barrier.clone());
-                let target = run.api.next_target().to_owned();
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    run.pay(&target, &key, &body).await
-                })
-            })
-            .collect();
-        let mut replies = Vec::with_capacity(duplicates);
-        for request in requests {
-            match request.await {
-                Ok(reply) => replies.push(reply),
-                Err(err) => eprintln!("payonce-loadtest: a request task failed: {err}"),
-            }
-        }
+        let replies = run.burst(Request::Pay, &key, payment(amount), duplicates).await;
 
         // The payment every 201 must name: the creator's, else the first replay's.
         let first_payment = replies

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tokio::sync::Barrier;
 use uuid::Uuid;
 
 use crate::cli::{ScenarioName, Settings};
@@ -23,6 +24,13 @@ use crate::refund_audit::{Paid, RefundKey};
 use crate::stats::{Stats, Verdict};
 
 /// One load-test run, shared by its workers.
+/// What a [`Run::burst`] sends.
+#[derive(Debug, Clone, Copy)]
+pub enum Request {
+    Pay,
+    Refund,
+}
+
 pub struct Run {
     pub scenario: ScenarioName,
     pub api: Api,
@@ -130,6 +138,35 @@ impl Run {
     pub async fn refund(&self, target: &str, key: &str, body: &Value) -> Reply {
         self.budget.count_request();
         self.api.refund(target, key, body, self.settings.client_timeout).await
+    }
+
+    /// Sends `body` under `key` `duplicates` times at once: as many tasks, released together by
+    /// a barrier, spread round-robin over the targets (so with two servers the race is also
+    /// between servers), each a payment or a refund as `request` says. The replies that came back.
+    pub async fn burst(self: &Arc<Self>, request: Request, key: &str, body: Value, duplicates: usize) -> Vec<Reply> {
+        let body = Arc::new(body);
+        let barrier = Arc::new(Barrier::new(duplicates));
+        let tasks: Vec<_> = (0..duplicates)
+            .map(|_| {
+                let (run, key, body, barrier) = (self.clone(), key.to_owned(), body.clone(), barrier.clone());
+                let target = run.api.next_target().to_owned();
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    match request {
+                        Request::Pay => run.pay(&target, &key, &body).await,
+                        Request::Refund => run.refund(&target, &key, &body).await,
+                    }
+                })
+            })
+            .collect();
+        let mut replies = Vec::with_capacity(duplicates);
+        for task in tasks {
+            match task.await {
+                Ok(reply) => replies.push(reply),
+                Err(err) => eprintln!("payonce-loadtest: a request task failed: {err}"),
+            }
+        }
+        replies
     }
 
     /// refund-storm: the payments its keys refund (none before they are made).

@@ -17,9 +17,8 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tokio::sync::Barrier;
 
-use super::{Run, payment, pays};
+use super::{Request, Run, payment, pays};
 use crate::client::Answer;
 use crate::refund_audit::{Paid, RefundKey, Settled};
 use crate::stats::Verdict;
@@ -69,25 +68,7 @@ pub async fn worker(run: Arc<Run>, worker: u32) {
         n += 1;
         let paid = &payments[fastrand::usize(..payments.len())];
         let amount = (paid.amount * fastrand::i64(2..=30) / 100).max(1);
-        let body = Arc::new(json!({"payment": paid.id, "amount": amount}));
-        let barrier = Arc::new(Barrier::new(duplicates));
-        let requests: Vec<_> = (0..duplicates)
-            .map(|_| {
-                let (run, key, body, barrier) = (run.clone(), key.clone(), body.clone(), barrier.clone());
-                let target = run.api.next_target().to_owned();
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    run.refund(&target, &key, &body).await
-                })
-            })
-            .collect();
-        let mut replies = Vec::with_capacity(duplicates);
-        for request in requests {
-            match request.await {
-                Ok(reply) => replies.push(reply),
-                Err(err) => eprintln!("payonce-loadtest: a request task failed: {err}"),
-            }
-        }
+        let replies = run.burst(Request::Refund, &key, json!({"payment": paid.id, "amount": amount}), duplicates).await;
 
         // The refund every 201 must name: the creator's, else the first replay's.
         let first_refund = replies
