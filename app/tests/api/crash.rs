@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use payonce::simulator;
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::helpers::{Ledger, ServerProcess, TestDatabase, new_key, parts, payment};
 
@@ -16,11 +16,45 @@ const SWEEP_INTERVAL_SECS: &str = "0.5";
 
 /// Where the first process dies.
 #[derive(Debug, Clone, Copy)]
-enum KillPoint {
+pub(crate) enum KillPoint {
     /// At a failpoint (see `payonce::failpoint`).
     Failpoint(&'static str),
-    /// While the gateway holds the charge call (simulator latency), before it answers.
-    DuringCharge,
+    /// While the gateway holds the operation's call (the caller sets the simulator's latency),
+    /// before it answers: the gateway does the work after the process died.
+    DuringGatewayCall,
+}
+
+/// Sends `body` to `path` under `key` on `first`, kills `first` at `point` (its failpoint line,
+/// or once the key has reached `first_phase` and the gateway call has had time to start), and
+/// checks that the client saw its connection die and that the key was left unfinished. Returns
+/// when the process was killed. Shared by the payments' and the refunds' crash tests.
+pub(crate) async fn kill_during_request(
+    first: &mut ServerProcess,
+    db: &TestDatabase,
+    point: KillPoint,
+    first_phase: &str,
+    (api_key, path, key, body): (&str, &str, &str, &Value),
+) -> Instant {
+    let request = reqwest::Client::new().post(first.url(path)).bearer_auth(api_key).header("Idempotency-Key", key);
+    let request = tokio::spawn(request.json(body).send());
+    match point {
+        KillPoint::Failpoint(name) => {
+            first.wait_for_line(&format!("failpoint {name} reached"), Duration::from_secs(10)).await
+        }
+        KillPoint::DuringGatewayCall => {
+            // The first phase committed, so the gateway call is about to start; give it time to.
+            while db.key_state(key).await.is_none_or(|(_, point, ..)| point != first_phase) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    first.kill();
+    let killed_at = Instant::now();
+    assert!(request.await.unwrap().is_err(), "the client saw its connection die");
+    let (state, ..) = db.key_state(key).await.expect("the key was claimed before the crash");
+    assert_eq!(state, "processing", "{point:?}: the crash left the key unfinished");
+    killed_at
 }
 
 /// Starts a server, sends one payment, kills the server at `point`, starts another one and checks
@@ -36,39 +70,15 @@ async fn kill_and_recover(point: KillPoint) -> Duration {
         KillPoint::Failpoint(name) => {
             ServerProcess::start(&db.url, &sim.base_url(), &[timing[0], timing[1], ("PAYONCE_FAILPOINT", name)]).await
         }
-        KillPoint::DuringCharge => {
+        KillPoint::DuringGatewayCall => {
             ledger.set_faults(json!({"latency_ms": 1500, "next_calls": 1})).await;
             ServerProcess::start(&db.url, &sim.base_url(), &timing).await
         }
     };
     let api_key = db.customer("crash").await;
-    let client = reqwest::Client::new();
-    let request = tokio::spawn(
-        client
-            .post(first.url("/v1/payments"))
-            .bearer_auth(&api_key)
-            .header("Idempotency-Key", &key)
-            .json(&payment(4200))
-            .send(),
-    );
-    match point {
-        KillPoint::Failpoint(name) => {
-            first.wait_for_line(&format!("failpoint {name} reached"), Duration::from_secs(10)).await
-        }
-        KillPoint::DuringCharge => {
-            // The payment row exists, so the gateway call is about to start; give it time to.
-            while db.key_state(&key).await.is_none_or(|(_, point, ..)| point != "payment_created") {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-
-    first.kill();
-    let killed_at = Instant::now();
-    assert!(request.await.unwrap().is_err(), "the client saw its connection die");
-    let (state, ..) = db.key_state(&key).await.expect("the key was claimed before the crash");
-    assert_eq!(state, "processing", "{point:?}: the crash left the key unfinished");
+    let body = payment(4200);
+    let killed_at =
+        kill_during_request(&mut first, &db, point, "payment_created", (&api_key, "/v1/payments", &key, &body)).await;
 
     let second = ServerProcess::start(&db.url, &sim.base_url(), &timing).await;
     db.wait_until_final(&key, Duration::from_secs(20)).await;
@@ -81,7 +91,7 @@ async fn kill_and_recover(point: KillPoint) -> Duration {
     assert_eq!(charges.len(), 1, "{point:?}: exactly one charge");
     assert_eq!(db.count("payments").await, 1);
 
-    let retry = client
+    let retry = reqwest::Client::new()
         .post(second.url("/v1/payments"))
         .bearer_auth(&api_key)
         .header("Idempotency-Key", &key)
@@ -113,7 +123,7 @@ async fn killed_before_the_charge_call() {
 /// Killed while the gateway is processing the charge (it charges after the process died).
 #[tokio::test]
 async fn killed_during_the_charge_call() {
-    kill_and_recover(KillPoint::DuringCharge).await;
+    kill_and_recover(KillPoint::DuringGatewayCall).await;
 }
 
 /// Killed after the gateway charged and before the final commit.
@@ -132,7 +142,7 @@ async fn soak() {
     let points = [
         KillPoint::Failpoint("after_claim"),
         KillPoint::Failpoint("after_payment_created"),
-        KillPoint::DuringCharge,
+        KillPoint::DuringGatewayCall,
         KillPoint::Failpoint("after_charge"),
     ];
     let mut times: Vec<(usize, Duration)> = Vec::new();

@@ -3,13 +3,14 @@
 //! refund's recovery points. Every test asserts the database and the gateway's ledger.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use payonce::simulator;
 use reqwest::{RequestBuilder, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
+use crate::crash::{KillPoint, kill_during_request};
 use crate::helpers::{Ledger, ServerProcess, TestApp, TestDatabase, assert_problem, new_key, parts, payment};
 
 /// `POST /v1/refunds` with an API key and (optionally) an idempotency key.
@@ -258,14 +259,6 @@ async fn twenty_keys_racing_never_refund_more_than_was_paid() {
     assert_eq!(app.count("idempotency_keys where route = '/v1/refunds'").await, 3, "the losers used no key");
 }
 
-/// Where the first process dies during a refund.
-#[derive(Debug, Clone, Copy)]
-enum KillPoint {
-    Failpoint(&'static str),
-    /// While the gateway holds the refund call, before it answers (it refunds after the death).
-    DuringRefund,
-}
-
 /// Pays, starts a refund on a server that is killed at `point`, and lets a fresh server finish
 /// it alone: one gateway refund, and the client's retry gets the replay.
 async fn kill_and_recover(point: KillPoint) {
@@ -291,29 +284,12 @@ async fn kill_and_recover(point: KillPoint) {
     let (status, _, paid) = parts(paid).await;
     assert_eq!(status, StatusCode::CREATED, "{paid}");
     let body = json!({"payment": paid["id"], "amount": 1200});
-    if let KillPoint::DuringRefund = point {
+    if let KillPoint::DuringGatewayCall = point {
         ledger.set_faults(json!({"latency_ms": 1500, "next_calls": 1, "operations": ["create_refund"]})).await;
     }
     let key = new_key();
-    let request = tokio::spawn(
-        client.post(first.url("/v1/refunds")).bearer_auth(&api_key).header("Idempotency-Key", &key).json(&body).send(),
-    );
-    match point {
-        KillPoint::Failpoint(name) => {
-            first.wait_for_line(&format!("failpoint {name} reached"), Duration::from_secs(10)).await
-        }
-        KillPoint::DuringRefund => {
-            while db.key_state(&key).await.is_none() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-    first.kill();
-    let killed_at = Instant::now();
-    assert!(request.await.unwrap().is_err(), "the client saw its connection die");
-    let (state, ..) = db.key_state(&key).await.expect("the key was claimed before the crash");
-    assert_eq!(state, "processing", "{point:?}: the crash left the key unfinished");
+    let killed_at =
+        kill_during_request(&mut first, &db, point, "refund_created", (&api_key, "/v1/refunds", &key, &body)).await;
 
     let second = ServerProcess::start(&db.url, &sim.base_url(), &timing).await;
     db.wait_until_final(&key, Duration::from_secs(20)).await;
@@ -351,7 +327,7 @@ async fn killed_after_the_refund_is_created() {
 /// Killed while the gateway processes the refund (it refunds after the process died).
 #[tokio::test]
 async fn killed_during_the_refund_call() {
-    kill_and_recover(KillPoint::DuringRefund).await;
+    kill_and_recover(KillPoint::DuringGatewayCall).await;
 }
 
 /// Killed after the gateway refunded and before the final commit.
