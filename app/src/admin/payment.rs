@@ -83,6 +83,8 @@ struct RefundLine {
     key_id: String,
     client_key: String,
     by: String,
+    /// For a pending refund, when the gateway is next asked about it ([`lookup_note`]).
+    lookup: String,
     /// Made by the form this page's result is about (`?form=`).
     this_form: bool,
 }
@@ -134,6 +136,7 @@ async fn show(
     let refunds = refunds
         .into_iter()
         .map(|r| RefundLine {
+            lookup: lookup_note(&r.status, r.next_lookup_secs, r.reconcile_attempts),
             id: RefundId(r.id).to_string(),
             amount: money(r.amount, &r.currency),
             reason: r.reason.unwrap_or_default(),
@@ -174,6 +177,24 @@ async fn show(
     // key, so that sending the form from it again is a retry and not a second refund.
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
     Ok(response)
+}
+
+/// What happens next to a pending refund, for the operator: when the sweeper asks the gateway
+/// again (refunds/reconcile.rs), or why it does not yet. Empty for a final refund.
+fn lookup_note(status: &str, next_lookup_secs: Option<f64>, attempts: i32) -> String {
+    if status != "pending" {
+        return String::new();
+    }
+    let asked = match attempts {
+        0 => "not asked yet".to_owned(),
+        1 => "asked once so far".to_owned(),
+        n => format!("asked {n} times so far"),
+    };
+    match next_lookup_secs {
+        Some(secs) if secs > 0.0 => format!("next look-up at the gateway in {} s ({asked})", secs.ceil() as i64),
+        Some(_) => format!("look-up due: on the sweeper's next pass ({asked})"),
+        None => "no look-up scheduled yet: its key's work has not brought back the gateway's refund id".to_owned(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -378,5 +399,19 @@ mod tests {
         for refused in ["", "0", "0.00", "12.", ".5", "12.505", "-1", "1e3", "12,50", "1 000", "9999999999999"] {
             assert_eq!(parse_amount(refused), None, "{refused:?}");
         }
+    }
+
+    /// A pending refund says when the gateway is asked next, or why not yet; a final one nothing.
+    #[test]
+    fn lookups() {
+        assert_eq!(lookup_note("pending", Some(4.2), 0), "next look-up at the gateway in 5 s (not asked yet)");
+        assert_eq!(lookup_note("pending", Some(60.0), 1), "next look-up at the gateway in 60 s (asked once so far)");
+        assert_eq!(
+            lookup_note("pending", Some(-3.0), 7),
+            "look-up due: on the sweeper's next pass (asked 7 times so far)"
+        );
+        assert!(lookup_note("pending", None, 0).starts_with("no look-up scheduled"));
+        assert_eq!(lookup_note("succeeded", Some(4.0), 2), "");
+        assert_eq!(lookup_note("failed", None, 2), "");
     }
 }

@@ -586,6 +586,11 @@ pub struct PaymentRefund {
     /// Who asked for it, from its `refund_created` event: `operator:<name>`, or `customer` for
     /// the customer's own; `None` once the event is gone (past the event retention).
     pub by: Option<String>,
+    /// Until the sweeper next asks the gateway about it (zero or less: due now); `None` when no
+    /// look-up is scheduled (final, or no gateway id yet).
+    pub next_lookup_secs: Option<f64>,
+    /// How many times the sweeper has asked the gateway about it.
+    pub reconcile_attempts: i32,
 }
 
 /// A payment's refunds, newest first.
@@ -599,7 +604,8 @@ pub async fn refunds_of(pool: &PgPool, payment: Uuid) -> sqlx::Result<Vec<Paymen
                    as client_key,
                r.amount, r.currency, r.reason, r.status, r.gateway_refund_id, r.failure_message, r.created_at,
                (select coalesce(e.detail->>'by', 'customer') from idempotency_events e
-                where e.key_id = r.key_id and e.kind = 'refund_created' order by e.id limit 1) as by
+                where e.key_id = r.key_id and e.kind = 'refund_created' order by e.id limit 1) as by,
+               extract(epoch from r.reconcile_at - now())::float8 as next_lookup_secs, r.reconcile_attempts
         from refunds r
         left join idempotency_keys k on k.id = r.key_id
         where r.payment_id = $1

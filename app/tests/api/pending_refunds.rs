@@ -13,7 +13,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{Options, TestApp, new_key, no_backoff, parts};
+use crate::admin::{page, sign_in};
+use crate::browser::create_admin;
+use crate::helpers::{Options, TestApp, browser_client, new_key, no_backoff, parts};
 
 /// The refund, as payonce and the gateway know it.
 struct Pending {
@@ -105,20 +107,36 @@ async fn settle(app: &TestApp, gateway_refund: &str, outcome: &str) {
     assert_ne!(settled["status"], "pending");
 }
 
+/// The line the payment's dashboard page shows under a refund's status: when the gateway is
+/// asked next (`None`: no such line, as for a final refund).
+async fn lookup_line(app: &TestApp, client: &reqwest::Client, payment: &str) -> Option<String> {
+    let body = page(app, client, &format!("/admin/payments/{payment}")).await;
+    let (_, rest) = body.split_once(r#"<small class="lookup">"#)?;
+    Some(rest.split_once("</small>").expect("the line closes").0.to_owned())
+}
+
 /// With no webhook, a pending refund is looked up by the sweeper: still pending at the gateway,
 /// it stays pending and is asked again; once the gateway has refunded it, the next look-up makes
 /// it `succeeded` (a `reconciled` event from pending to succeeded), it is no longer looked up,
-/// and payonce's books agree with the gateway's ledger.
+/// and payonce's books agree with the gateway's ledger. All along, the payment's dashboard page
+/// says when the gateway is asked next, and how often it was.
 #[tokio::test]
 async fn a_pending_refund_settles_through_reconciliation_without_webhooks() {
     let app = TestApp::spawn().await;
+    create_admin(&app).await;
     let api_key = app.customer("acme").await;
     let sweeper = sweeper(&app);
     let pending = refund_left_pending(&app, &sweeper, &api_key).await;
+    let operator = browser_client();
+    sign_in(&app, &operator).await;
+    let before = lookup_line(&app, &operator, &pending.payment).await.expect("a look-up line while pending");
+    assert!(before.contains("(not asked yet)"), "{before}");
 
     let report = sweep(&sweeper).await;
     assert_eq!((report.refunds_looked_up, report.refunds_settled), (1, 0), "{report:?}");
     assert_eq!(row(&app).await, ("pending".into(), true, 1, 1500), "still pending, asked again later");
+    let after = lookup_line(&app, &operator, &pending.payment).await.expect("still a look-up line");
+    assert!(after.contains("(asked once so far)"), "{after}");
     let seen = reconciliations(&app, &pending.key).await;
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!((seen[0]["method"].as_str(), seen[0]["answer"].as_str()), (Some("retrieve"), Some("pending")));
@@ -127,6 +145,7 @@ async fn a_pending_refund_settles_through_reconciliation_without_webhooks() {
     let report = sweep(&sweeper).await;
     assert_eq!((report.refunds_looked_up, report.refunds_settled), (1, 1), "{report:?}");
     assert_eq!(row(&app).await, ("succeeded".into(), false, 2, 1500), "settled and no longer looked up");
+    assert_eq!(lookup_line(&app, &operator, &pending.payment).await, None, "nothing to look up once settled");
     let seen = reconciliations(&app, &pending.key).await;
     let last = seen.last().unwrap();
     assert_eq!(
