@@ -25,24 +25,9 @@ async fn paid(app: &TestApp, api_key: &str, key: &str, amount: i64) -> String {
 
 /// A refund through the API; returns its JSON.
 async fn api_refund(app: &TestApp, api_key: &str, key: &str, body: Value) -> Value {
-    let response = app
-        .client
-        .post(app.url("/v1/refunds"))
-        .bearer_auth(api_key)
-        .header("Idempotency-Key", key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let (status, _, body) = parts(response).await;
+    let (status, _, body) = parts(app.post_refund(api_key, Some(key), &body).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     body
-}
-
-/// Every refund in the simulator's ledger.
-async fn ledger_refunds(app: &TestApp) -> Vec<Value> {
-    let body: Value = reqwest::get(format!("{}_sim/refunds", app.sim_url)).await.unwrap().json().await.unwrap();
-    body["refunds"].as_array().cloned().expect("a refunds array")
 }
 
 /// The messages (flashes) of a page.
@@ -185,7 +170,7 @@ async fn a_refund_keys_page_shows_its_refund() {
     let refund =
         api_refund(&app, &acme, "refund-1", json!({"payment": pay, "amount": 3000, "reason": "duplicate"})).await;
     let gateway_refund = refund["gateway_refund"].as_str().unwrap().to_owned();
-    assert_eq!(ledger_refunds(&app).await[0]["refund"], gateway_refund.as_str());
+    assert_eq!(app.ledger.refunds().await[0]["refund"], gateway_refund.as_str());
     let client = client();
     let csrf = sign_in(&app, &client).await;
     let id = key_id(&app, "refund-1").await;
@@ -311,7 +296,7 @@ async fn the_form_sent_twice_is_one_refund() {
     let (_, other) = send_form(&app, &client, &pay, &form, "10.00", "requested_by_customer").await;
     assert!(other.contains("Nothing was done: this form was already sent with other details"), "{other}");
     assert_eq!(refund_rows(&app).await.len(), 1);
-    let ledger = ledger_refunds(&app).await;
+    let ledger = app.ledger.refunds().await;
     assert_eq!(ledger.len(), 1, "one refund at the gateway");
     assert_eq!(ledger[0]["amount"], 2500);
     assert_eq!(ledger[0]["reason"], "requested_by_customer");
@@ -386,7 +371,7 @@ async fn the_form_sent_twice_is_one_refund() {
     assert_eq!(conflicts, 1, "the two clicks met at the key: one was a retry of the other");
     let refunds = refund_rows(&app).await;
     assert_eq!(refunds.iter().map(|r| r.1).collect::<Vec<_>>(), [2500, 7500], "one refund per form");
-    assert_eq!(ledger_refunds(&app).await.len(), 2, "one gateway refund per form");
+    assert_eq!(app.ledger.refunds().await.len(), 2, "one gateway refund per form");
     let refunded: i64 = sqlx::query_scalar("select amount_refunded from payments").fetch_one(&app.db).await.unwrap();
     assert_eq!(refunded, 10_000);
     let body = page(&app, &client, &format!("/admin/payments/{pay}")).await;
@@ -414,7 +399,7 @@ async fn a_refund_beyond_what_remains_is_refused_with_a_message() {
         "{message}"
     );
     assert_eq!(refund_rows(&app).await.len(), 1, "only the earlier refund");
-    assert_eq!(ledger_refunds(&app).await.len(), 1);
+    assert_eq!(app.ledger.refunds().await.len(), 1);
     let refunded: i64 = sqlx::query_scalar("select amount_refunded from payments").fetch_one(&app.db).await.unwrap();
     assert_eq!(refunded, 400, "nothing reserved");
     assert!(app.database.key_state(&form.key).await.is_none(), "the refused request did not use its key");
@@ -432,7 +417,7 @@ async fn a_refund_beyond_what_remains_is_refused_with_a_message() {
     assert!(message.contains("Refunded 6.00 USD"), "{message}");
     let (_, message) = send_form(&app, &client, &pay, &render_form_key(&form, new_key()), "0.01", "").await;
     assert!(message.contains("already refunded in full"), "{message}");
-    assert_eq!(ledger_refunds(&app).await.len(), 2);
+    assert_eq!(app.ledger.refunds().await.len(), 2);
 
     // A declined payment: no form, and a crafted send is told why.
     let declined = json!({"amount": 500, "currency": "usd", "payment_method": "pm_card_chargeDeclined"});
@@ -454,7 +439,7 @@ async fn a_refund_beyond_what_remains_is_refused_with_a_message() {
         .unwrap();
     assert_eq!(forged.status(), StatusCode::FORBIDDEN);
     assert_eq!(refund_rows(&app).await.len(), 2);
-    assert_eq!(ledger_refunds(&app).await.len(), 2);
+    assert_eq!(app.ledger.refunds().await.len(), 2);
 }
 
 /// A form like `form` with another key (another rendering of the page).
@@ -480,13 +465,13 @@ async fn a_gateway_outage_is_a_message_and_the_same_form_resumes() {
     assert!(body.contains(r#"<span class="badge pay-pending">pending</span>"#), "listed as pending: {body}");
     assert!(body.contains(r#"<dd id="amount-pending">10.00 USD"#), "{body}");
     assert_eq!(refund_rows(&app).await.iter().map(|r| r.2.clone()).collect::<Vec<_>>(), ["pending"]);
-    assert!(ledger_refunds(&app).await.is_empty());
+    assert!(app.ledger.refunds().await.is_empty());
 
     app.set_faults(json!({})).await;
     let (_, message) = send_form(&app, &client, &pay, &form, "10.00", "").await;
     assert!(message.contains("Refunded 10.00 USD"), "the retry resumed the same refund: {message}");
     assert_eq!(refund_rows(&app).await.iter().map(|r| r.2.clone()).collect::<Vec<_>>(), ["succeeded"]);
-    assert_eq!(ledger_refunds(&app).await.len(), 1);
+    assert_eq!(app.ledger.refunds().await.len(), 1);
 }
 
 /// In a real browser (headless Chromium): a double click on the refund button, while the gateway
@@ -540,7 +525,7 @@ async fn in_a_browser_a_double_click_and_back_are_one_refund() {
     let refunds = refund_rows(&app).await;
     assert_eq!(refunds.len(), 1, "one refund for the double click: {refunds:?}");
     assert_eq!(refunds[0].1, 4000);
-    assert_eq!(ledger_refunds(&app).await.len(), 1, "one gateway refund for the double click");
+    assert_eq!(app.ledger.refunds().await.len(), 1, "one gateway refund for the double click");
 
     // Back to the very form that was sent, and Refund again: a replay, not a second refund.
     app.set_faults(json!({})).await;
@@ -554,6 +539,6 @@ async fn in_a_browser_a_double_click_and_back_are_one_refund() {
     browser.click("#refund").await;
     browser.wait_for_text("This form was already sent: it refunded 40.00 USD").await;
     assert_eq!(refund_rows(&app).await.len(), 1, "sending the form again refunded nothing more");
-    assert_eq!(ledger_refunds(&app).await.len(), 1);
+    assert_eq!(app.ledger.refunds().await.len(), 1);
     browser.close().await;
 }

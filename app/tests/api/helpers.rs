@@ -188,16 +188,26 @@ impl Ledger {
 
     /// Every successful charge.
     pub async fn charges(&self) -> Vec<Value> {
+        self.list("charges").await
+    }
+
+    /// Every refund the gateway made (money that moved back).
+    pub async fn refunds(&self) -> Vec<Value> {
+        self.list("refunds").await
+    }
+
+    /// `GET /_sim/<what>`: its `<what>` array.
+    async fn list(&self, what: &str) -> Vec<Value> {
         let ledger: Value = self
             .client
-            .get(format!("{}_sim/charges", self.sim_url))
+            .get(format!("{}_sim/{what}", self.sim_url))
             .send()
             .await
             .expect("read the ledger")
             .json()
             .await
             .expect("the ledger is JSON");
-        ledger["charges"].as_array().cloned().expect("a charges array")
+        ledger[what].as_array().cloned().unwrap_or_else(|| panic!("a {what} array: {ledger}"))
     }
 
     /// Charges made for one client idempotency key.
@@ -551,6 +561,15 @@ impl TestApp {
     /// `POST /v1/payments` with an API key and (optionally) an idempotency key.
     pub fn post_payment(&self, api_key: &str, idempotency_key: Option<&str>, body: &Value) -> RequestBuilder {
         let request = self.client.post(self.url("/v1/payments")).bearer_auth(api_key).json(body);
+        match idempotency_key {
+            Some(key) => request.header("Idempotency-Key", key),
+            None => request,
+        }
+    }
+
+    /// `POST /v1/refunds` with an API key and (optionally) an idempotency key.
+    pub fn post_refund(&self, api_key: &str, idempotency_key: Option<&str>, body: &Value) -> RequestBuilder {
+        let request = self.client.post(self.url("/v1/refunds")).bearer_auth(api_key).json(body);
         match idempotency_key {
             Some(key) => request.header("Idempotency-Key", key),
             None => request,

@@ -61,12 +61,11 @@ async fn refund_left_pending(app: &TestApp, sweeper: &Sweeper, api_key: &str) ->
     app.ledger.set_settings(json!({"processing_ms": 600_000})).await;
     let key = new_key();
     let payment = paid["id"].as_str().unwrap().to_owned();
-    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(api_key).header("Idempotency-Key", &key);
-    let (status, _, refund) =
-        parts(request.json(&json!({"payment": payment, "amount": 1500})).send().await.unwrap()).await;
+    let request = app.post_refund(api_key, Some(&key), &json!({"payment": payment, "amount": 1500}));
+    let (status, _, refund) = parts(request.send().await.unwrap()).await;
     assert_eq!((status, refund["status"].as_str()), (StatusCode::CREATED, Some("pending")), "{refund}");
     let gateway_refund = refund["gateway_refund"].as_str().expect("the gateway's refund id").to_owned();
-    assert!(ledger_refunds(app).await.is_empty(), "no money moved back yet");
+    assert!(app.ledger.refunds().await.is_empty(), "no money moved back yet");
     assert_eq!(row(app).await, ("pending".into(), true, 0, 1500), "reserved, and scheduled for a look-up");
     Pending { key, refund: refund["id"].as_str().unwrap().to_owned(), gateway_refund, payment }
 }
@@ -81,12 +80,6 @@ async fn row(app: &TestApp) -> (String, bool, i32, i64) {
     .fetch_one(&app.db)
     .await
     .unwrap()
-}
-
-/// Every refund in the simulator's ledger (money that moved back).
-async fn ledger_refunds(app: &TestApp) -> Vec<Value> {
-    let body: Value = reqwest::get(format!("{}_sim/refunds", app.sim_url)).await.unwrap().json().await.unwrap();
-    body["refunds"].as_array().cloned().expect("a refunds array")
 }
 
 /// The `reconciled` events on the refund key's timeline: their details, in order.
@@ -157,7 +150,7 @@ async fn a_pending_refund_settles_through_reconciliation_without_webhooks() {
         parts(app.get(&api_key, &format!("/v1/refunds/{}", pending.refund)).send().await.unwrap()).await;
     assert_eq!((status, shown["status"].as_str()), (StatusCode::OK, Some("succeeded")));
     // The ledger agrees: one refund, this one, of what payonce reserved; the charge says the same.
-    let refunds = ledger_refunds(&app).await;
+    let refunds = app.ledger.refunds().await;
     assert_eq!(refunds.len(), 1, "{refunds:?}");
     assert_eq!(refunds[0]["refund"], pending.gateway_refund.as_str());
     assert_eq!(refunds[0]["metadata"]["payonce_refund"], pending.refund.as_str());
@@ -190,7 +183,7 @@ async fn a_pending_refund_the_gateway_fails_gives_its_amount_back_once() {
     assert_eq!(shown["failure"]["code"], "declined");
     let last = reconciliations(&app, &pending.key).await.pop().unwrap();
     assert_eq!((last["answer"].as_str(), last["to"].as_str()), (Some("declined"), Some("failed")));
-    assert!(ledger_refunds(&app).await.is_empty(), "no money moved back");
+    assert!(app.ledger.refunds().await.is_empty(), "no money moved back");
 
     // Looked up again (as if scheduled by mistake): no longer pending, so nothing given back twice.
     sqlx::query("update refunds set reconcile_at = now()").execute(&app.db).await.unwrap();
@@ -199,8 +192,8 @@ async fn a_pending_refund_the_gateway_fails_gives_its_amount_back_once() {
     assert_eq!(row(&app).await, ("failed".into(), false, 2, 0));
 
     // All of it is refundable again, at payonce and at the gateway.
-    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(&api_key).header("Idempotency-Key", new_key());
-    let (status, _, again) = parts(request.json(&json!({"payment": pending.payment})).send().await.unwrap()).await;
+    let request = app.post_refund(&api_key, Some(&new_key()), &json!({"payment": pending.payment}));
+    let (status, _, again) = parts(request.send().await.unwrap()).await;
     assert_eq!((status, again["amount"].as_i64()), (StatusCode::CREATED, Some(2500)), "{again}");
     let id = Uuid::try_parse(pending.payment.strip_prefix("pay_").unwrap()).unwrap();
     let refunded: i64 = sqlx::query_scalar("select amount_refunded from payments where id = $1")

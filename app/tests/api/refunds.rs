@@ -6,21 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payonce::simulator;
-use reqwest::{RequestBuilder, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
 use crate::crash::{KillPoint, kill_during_request};
 use crate::helpers::{Ledger, ServerProcess, TestApp, TestDatabase, assert_problem, new_key, parts, payment};
-
-/// `POST /v1/refunds` with an API key and (optionally) an idempotency key.
-fn post_refund(app: &TestApp, api_key: &str, idempotency_key: Option<&str>, body: &Value) -> RequestBuilder {
-    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(api_key).json(body);
-    match idempotency_key {
-        Some(key) => request.header("Idempotency-Key", key),
-        None => request,
-    }
-}
 
 /// A succeeded payment of `amount`; returns its id.
 async fn paid(app: &TestApp, api_key: &str, amount: i64) -> String {
@@ -28,12 +19,6 @@ async fn paid(app: &TestApp, api_key: &str, amount: i64) -> String {
     let (status, _, body) = parts(response).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     body["id"].as_str().unwrap().to_owned()
-}
-
-/// Every refund in the simulator's ledger.
-async fn ledger_refunds(ledger: &Ledger) -> Vec<Value> {
-    let body: Value = reqwest::get(format!("{}_sim/refunds", ledger.sim_url)).await.unwrap().json().await.unwrap();
-    body["refunds"].as_array().cloned().expect("a refunds array")
 }
 
 /// The payment's `amount_refunded` column.
@@ -52,7 +37,7 @@ async fn a_refund_and_its_replay() {
     let key = new_key();
     let body = json!({"payment": pay, "amount": 3000, "reason": "requested_by_customer", "metadata": {"order": "7"}});
 
-    let first = post_refund(&app, &api_key, Some(&key), &body).send().await.unwrap();
+    let first = app.post_refund(&api_key, Some(&key), &body).send().await.unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
     let location = first.headers()["location"].to_str().unwrap().to_owned();
     let first_bytes = first.bytes().await.unwrap();
@@ -62,7 +47,7 @@ async fn a_refund_and_its_replay() {
     assert_eq!(refund["payment"], pay.as_str());
 
     // The gateway: one refund, of that amount, under the downstream key, with the audit trail.
-    let refunds = ledger_refunds(&app.ledger).await;
+    let refunds = app.ledger.refunds().await;
     assert_eq!(refunds.len(), 1);
     assert_eq!(refunds[0]["refund"], refund["gateway_refund"]);
     assert_eq!(refunds[0]["amount"], 3000);
@@ -81,19 +66,19 @@ async fn a_refund_and_its_replay() {
     assert_eq!(app.event_kinds(&key).await, ["claimed", "refund_created", "completed"]);
 
     // The replay: byte for byte, marked, and no second refund.
-    let replay = post_refund(&app, &api_key, Some(&key), &body).send().await.unwrap();
+    let replay = app.post_refund(&api_key, Some(&key), &body).send().await.unwrap();
     assert_eq!(replay.status(), StatusCode::CREATED);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(replay.headers()["location"].to_str().unwrap(), location);
     assert_eq!(replay.bytes().await.unwrap(), first_bytes);
-    assert_eq!(ledger_refunds(&app.ledger).await.len(), 1);
+    assert_eq!(app.ledger.refunds().await.len(), 1);
 
     // The same key with another payload; no key at all.
-    let other = post_refund(&app, &api_key, Some(&key), &json!({"payment": pay, "amount": 2000})).send().await.unwrap();
+    let other = app.post_refund(&api_key, Some(&key), &json!({"payment": pay, "amount": 2000})).send().await.unwrap();
     assert_problem(other, StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused").await;
-    let keyless = post_refund(&app, &api_key, None, &body).send().await.unwrap();
+    let keyless = app.post_refund(&api_key, None, &body).send().await.unwrap();
     assert_problem(keyless, StatusCode::BAD_REQUEST, "idempotency-key-missing").await;
-    assert_eq!(ledger_refunds(&app.ledger).await.len(), 1);
+    assert_eq!(app.ledger.refunds().await.len(), 1);
 
     // Show, list, and the payment's JSON.
     let (status, _, shown) = parts(app.get(&api_key, &location).send().await.unwrap()).await;
@@ -113,20 +98,20 @@ async fn all_that_remains_then_nothing() {
     let app = TestApp::spawn().await;
     let api_key = app.customer("acme").await;
     let pay = paid(&app, &api_key, 5000).await;
-    let part = post_refund(&app, &api_key, Some(&new_key()), &json!({"payment": pay, "amount": 1500})).send().await;
+    let part = app.post_refund(&api_key, Some(&new_key()), &json!({"payment": pay, "amount": 1500})).send().await;
     assert_eq!(part.unwrap().status(), StatusCode::CREATED);
-    let rest = post_refund(&app, &api_key, Some(&new_key()), &json!({"payment": pay})).send().await.unwrap();
+    let rest = app.post_refund(&api_key, Some(&new_key()), &json!({"payment": pay})).send().await.unwrap();
     let (status, _, rest) = parts(rest).await;
     assert_eq!(status, StatusCode::CREATED, "{rest}");
     assert_eq!(rest["amount"], 3500);
     assert_eq!(amount_refunded(&app.db, &pay).await, 5000);
 
     let key = new_key();
-    let more = post_refund(&app, &api_key, Some(&key), &json!({"payment": pay, "amount": 1})).send().await.unwrap();
+    let more = app.post_refund(&api_key, Some(&key), &json!({"payment": pay, "amount": 1})).send().await.unwrap();
     let problem = assert_problem(more, StatusCode::CONFLICT, "refund-exceeds-payment").await;
     assert_eq!(problem["remaining"], 0);
     assert!(app.database.key_state(&key).await.is_none(), "the refused request did not use its key");
-    let amounts: Vec<i64> = ledger_refunds(&app.ledger).await.iter().map(|r| r["amount"].as_i64().unwrap()).collect();
+    let amounts: Vec<i64> = app.ledger.refunds().await.iter().map(|r| r["amount"].as_i64().unwrap()).collect();
     assert_eq!(amounts, [1500, 3500]);
 }
 
@@ -140,13 +125,13 @@ async fn scope_status_and_validation() {
     let pay = paid(&app, &alice, 2000).await;
 
     let key = new_key();
-    let theirs = post_refund(&app, &bob, Some(&key), &json!({"payment": pay})).send().await.unwrap();
+    let theirs = app.post_refund(&bob, Some(&key), &json!({"payment": pay})).send().await.unwrap();
     assert_problem(theirs, StatusCode::NOT_FOUND, "not-found").await;
     assert!(app.database.key_state(&key).await.is_none());
     let (status, ..) = parts(app.get(&bob, &format!("/v1/refunds?payment={pay}")).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     let missing = format!("pay_{}", uuid::Uuid::now_v7().simple());
-    let none = post_refund(&app, &alice, Some(&new_key()), &json!({"payment": missing})).send().await.unwrap();
+    let none = app.post_refund(&alice, Some(&new_key()), &json!({"payment": missing})).send().await.unwrap();
     assert_problem(none, StatusCode::NOT_FOUND, "not-found").await;
 
     let declined = app
@@ -161,17 +146,17 @@ async fn scope_status_and_validation() {
     let (status, _, declined) = parts(declined).await;
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
     let failed = declined["payment"].as_str().unwrap();
-    let refund = post_refund(&app, &alice, Some(&new_key()), &json!({"payment": failed})).send().await.unwrap();
+    let refund = app.post_refund(&alice, Some(&new_key()), &json!({"payment": failed})).send().await.unwrap();
     let problem = assert_problem(refund, StatusCode::CONFLICT, "payment-not-refundable").await;
     assert_eq!(problem["payment_status"], "failed");
 
     for body in
         [json!({"payment": "ch_1"}), json!({"payment": pay, "amount": 0}), json!({"payment": pay, "reason": "x"})]
     {
-        let response = post_refund(&app, &alice, Some(&new_key()), &body).send().await.unwrap();
+        let response = app.post_refund(&alice, Some(&new_key()), &body).send().await.unwrap();
         assert_problem(response, StatusCode::BAD_REQUEST, "invalid-request").await;
     }
-    assert!(ledger_refunds(&app.ledger).await.is_empty());
+    assert!(app.ledger.refunds().await.is_empty());
     assert_eq!(app.count("refunds").await, 0);
 }
 
@@ -190,7 +175,7 @@ async fn a_duplicate_in_flight_is_a_409() {
             let (app, api_key, key, body, barrier) =
                 (app.clone(), api_key.clone(), key.clone(), body.clone(), barrier.clone());
             tokio::spawn(async move {
-                let request = post_refund(&app, &api_key, Some(&key), &body);
+                let request = app.post_refund(&api_key, Some(&key), &body);
                 barrier.wait().await;
                 let response = request.send().await.unwrap();
                 (response.status(), response.headers().get("retry-after").is_some())
@@ -206,7 +191,7 @@ async fn a_duplicate_in_flight_is_a_409() {
         }
     }
     assert!(created >= 1);
-    assert_eq!(ledger_refunds(&app.ledger).await.len(), 1);
+    assert_eq!(app.ledger.refunds().await.len(), 1);
     assert_eq!(app.count("refunds").await, 1);
     assert_eq!(amount_refunded(&app.db, &pay).await, 1000);
 }
@@ -227,7 +212,7 @@ async fn twenty_keys_racing_never_refund_more_than_was_paid() {
             let (app, api_key, pay, barrier) = (app.clone(), api_key.clone(), pay.clone(), barrier.clone());
             tokio::spawn(async move {
                 let key = new_key();
-                let request = post_refund(&app, &api_key, Some(&key), &json!({"payment": pay, "amount": 3000}));
+                let request = app.post_refund(&api_key, Some(&key), &json!({"payment": pay, "amount": 3000}));
                 barrier.wait().await;
                 let (status, _, body) = parts(request.send().await.unwrap()).await;
                 (status, body, key)
@@ -247,7 +232,7 @@ async fn twenty_keys_racing_never_refund_more_than_was_paid() {
         }
     }
     assert_eq!(succeeded.len(), 3, "exactly three refunds of 30 % fit in one payment");
-    let refunds = ledger_refunds(&app.ledger).await;
+    let refunds = app.ledger.refunds().await;
     assert_eq!(refunds.len(), 3);
     assert_eq!(refunds.iter().map(|r| r["amount"].as_i64().unwrap()).sum::<i64>(), 9000);
     for key in &succeeded {
@@ -296,7 +281,7 @@ async fn kill_and_recover(point: KillPoint) {
     let (state, recovery_point, token, _) = db.key_state(&key).await.unwrap();
     assert_eq!((state.as_str(), recovery_point.as_str()), ("completed", "finished"), "{point:?}");
     assert!(token >= 2, "{point:?}: finished under a new lease");
-    let refunds = ledger_refunds(&ledger).await;
+    let refunds = ledger.refunds().await;
     assert_eq!(refunds.len(), 1, "{point:?}: exactly one gateway refund");
     assert_eq!(refunds[0]["amount"], 1200);
     assert_eq!(db.count("refunds").await, 1);
@@ -314,7 +299,7 @@ async fn kill_and_recover(point: KillPoint) {
     assert_eq!(status, StatusCode::CREATED, "{point:?}: {refund}");
     assert_eq!(headers["idempotent-replayed"], "true");
     assert_eq!(refund["gateway_refund"], refunds[0]["refund"]);
-    assert_eq!(ledger_refunds(&ledger).await.len(), 1);
+    assert_eq!(ledger.refunds().await.len(), 1);
     eprintln!("{point:?}: recovered {:?} after the kill", killed_at.elapsed());
 }
 

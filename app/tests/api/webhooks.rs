@@ -270,8 +270,7 @@ async fn refund_left_pending(app: &TestApp, api_key: &str) -> LeftPending {
     app.set_faults(json!({"drop_after_charge_rate": 1.0, "next_calls": 1, "operations": ["create_refund"]})).await;
     let key = new_key();
     let body = json!({"payment": payment, "amount": 3000});
-    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(api_key).header("Idempotency-Key", &key);
-    let (status, _, answer) = parts(request.json(&body).send().await.unwrap()).await;
+    let (status, _, answer) = parts(app.post_refund(api_key, Some(&key), &body).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "the gateway's answer was lost: {answer}");
     let (id, state, gateway_id): (uuid::Uuid, String, Option<String>) =
         sqlx::query_as("select id, status, gateway_refund_id from refunds").fetch_one(&app.db).await.unwrap();
@@ -344,8 +343,7 @@ async fn refund_events_move_a_pending_refund_once_and_forward_only() {
     assert_eq!(refund_row(&app).await, ("succeeded".into(), Some(gateway_id.clone()), None, 3000), "never backwards");
 
     // charge.refunded, as the refund call caused it: recorded, amounts untouched.
-    let ledger: Value = reqwest::get(format!("{}_sim/refunds", app.sim_url)).await.unwrap().json().await.unwrap();
-    let downstream = ledger["refunds"][0]["idempotency_key"].as_str().unwrap().to_owned();
+    let downstream = app.ledger.refunds().await[0]["idempotency_key"].as_str().unwrap().to_owned();
     let mut charge = gateway_get(&app, &format!("v1/charges/{}", pending.gateway["charge"].as_str().unwrap())).await;
     charge["amount_refunded"] = 9000.into();
     let charged = event_of("evt_r4_charge", "charge.refunded", &charge, created, Some(&downstream));
@@ -377,13 +375,22 @@ async fn refund_events_move_a_pending_refund_once_and_forward_only() {
     assert_eq!(seen, expected);
 
     // The client's retry: the same downstream key, the gateway's same refund, now answered.
-    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(&api_key).header("Idempotency-Key", &pending.key);
-    let (status, _, refund) = parts(request.json(&pending.body).send().await.unwrap()).await;
+    let (status, _, refund) =
+        parts(app.post_refund(&api_key, Some(&pending.key), &pending.body).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::CREATED, "{refund}");
     assert_eq!((refund["id"].as_str(), refund["status"].as_str()), (Some(pending.refund.as_str()), Some("succeeded")));
     assert_eq!(refund["gateway_refund"], gateway_id.as_str());
     assert_eq!(gateway_get(&app, "v1/refunds").await["data"].as_array().unwrap().len(), 1);
     assert_eq!(refund_row(&app).await.3, 3000);
+}
+
+/// The gateway's `refund.failed` for a pending refund (the card expired or was cancelled),
+/// delivered and applied.
+async fn fail_by_webhook(app: &TestApp, pending: &LeftPending) {
+    let failed = with_status(&pending.gateway, "failed", Some("expired_or_canceled_card"));
+    let body = event_of("evt_failed", "refund.failed", &failed, now(), None);
+    let (_, _, receipt) = parts(deliver(app, &body, SECRET, now()).await).await;
+    assert_eq!(receipt["effect"], "applied", "{receipt}");
 }
 
 /// A pending refund the gateway says failed is failed, with the gateway's reason, and its amount
@@ -393,10 +400,7 @@ async fn a_failed_refund_event_gives_the_reservation_back() {
     let app = app().await;
     let api_key = app.customer("acme").await;
     let pending = refund_left_pending(&app, &api_key).await;
-    let failed = with_status(&pending.gateway, "failed", Some("expired_or_canceled_card"));
-    let body = event_of("evt_failed", "refund.failed", &failed, now(), None);
-    let (_, _, receipt) = parts(deliver(&app, &body, SECRET, now()).await).await;
-    assert_eq!(receipt["effect"], "applied", "{receipt}");
+    fail_by_webhook(&app, &pending).await;
     let gateway_id = pending.gateway["id"].as_str().map(str::to_owned);
     assert_eq!(
         refund_row(&app).await,
@@ -428,19 +432,9 @@ async fn a_retry_after_a_failed_refund_event_answers_with_the_failure() {
     let app = app().await;
     let api_key = app.customer("acme").await;
     let pending = refund_left_pending(&app, &api_key).await;
-    let failed = with_status(&pending.gateway, "failed", Some("expired_or_canceled_card"));
-    let body = event_of("evt_failed", "refund.failed", &failed, now(), None);
-    let (_, _, receipt) = parts(deliver(&app, &body, SECRET, now()).await).await;
-    assert_eq!(receipt["effect"], "applied", "{receipt}");
+    fail_by_webhook(&app, &pending).await;
 
-    let retry = || {
-        app.client
-            .post(app.url("/v1/refunds"))
-            .bearer_auth(&api_key)
-            .header("Idempotency-Key", &pending.key)
-            .json(&pending.body)
-            .send()
-    };
+    let retry = || app.post_refund(&api_key, Some(&pending.key), &pending.body).send();
     let (status, _, answer) = parts(retry().await.unwrap()).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "the refund failed: {answer}");
     assert_eq!(answer["type"].as_str().map(|t| t.ends_with("/refund-rejected")), Some(true), "{answer}");
@@ -508,8 +502,8 @@ async fn the_simulators_own_refund_events_settle_a_lost_answer() {
         parts(app.post_payment(&api_key, Some(&new_key()), &payment(10_000)).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::CREATED, "{paid}");
     app.set_faults(json!({"drop_after_charge_rate": 1.0, "next_calls": 1, "operations": ["create_refund"]})).await;
-    let request = app.client.post(app.url("/v1/refunds")).bearer_auth(&api_key).header("Idempotency-Key", new_key());
-    let response = request.json(&json!({"payment": paid["id"], "amount": 3000})).send().await.unwrap();
+    let body = json!({"payment": paid["id"], "amount": 3000});
+    let response = app.post_refund(&api_key, Some(&new_key()), &body).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "the gateway's answer was lost");
 
     let started = std::time::Instant::now();
@@ -525,9 +519,9 @@ async fn the_simulators_own_refund_events_settle_a_lost_answer() {
         assert!(started.elapsed() < Duration::from_secs(10), "the refund's events never all arrived: {effects:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let ledger: Value = reqwest::get(format!("{}_sim/refunds", app.sim_url)).await.unwrap().json().await.unwrap();
-    let gateway_id = ledger["refunds"][0]["refund"].as_str().map(str::to_owned);
-    assert!(gateway_id.is_some(), "{ledger}");
+    let refunds = app.ledger.refunds().await;
+    let gateway_id = refunds.first().and_then(|r| r["refund"].as_str()).map(str::to_owned);
+    assert!(gateway_id.is_some(), "{refunds:?}");
     assert_eq!(refund_row(&app).await, ("succeeded".into(), gateway_id, None, 3000));
     let kinds_and_effects: Vec<(&str, &str)> = effects.iter().map(|(k, e)| (k.as_str(), e.as_str())).collect();
     assert_eq!(
