@@ -182,17 +182,25 @@ async fn reset(State(sim): State<Simulator>) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
+/// The body of a control call that ends something pending as the outside world decides:
+/// `{"outcome": "succeed" | "fail"}` (the customer's 3-D Secure, the bank's settlement).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Authentication {
-    outcome: AuthenticationOutcome,
+struct Decision {
+    outcome: DecisionOutcome,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum AuthenticationOutcome {
+enum DecisionOutcome {
     Succeed,
     Fail,
+}
+
+/// Whether the decision in `body` (named `what` in its errors) is to succeed.
+fn succeeds(body: Result<Bytes, BytesRejection>, what: &str) -> Result<bool, ApiError> {
+    let Decision { outcome } = parse_json(body, what)?;
+    Ok(matches!(outcome, DecisionOutcome::Succeed))
 }
 
 /// The customer completes (or fails) 3-D Secure; answers the PaymentIntent as it now is.
@@ -202,8 +210,7 @@ async fn authenticate(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = path?;
-    let Authentication { outcome } = parse_json(body, "authentication")?;
-    let succeed = matches!(outcome, AuthenticationOutcome::Succeed);
+    let succeed = succeeds(body, "authentication")?;
     let intent = jobs::transact(&sim, |state| payment_intents::authenticate(state, &id, succeed))?;
     Ok(SavedResponse::ok(&intent, "authenticated").respond(false))
 }
@@ -215,8 +222,7 @@ async fn settle_refund(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = path?;
-    let Authentication { outcome } = parse_json(body, "settlement")?;
-    let succeed = matches!(outcome, AuthenticationOutcome::Succeed);
+    let succeed = succeeds(body, "settlement")?;
     let refund = jobs::transact(&sim, |state| refunds::settle(state, &id, succeed))?;
     Ok(SavedResponse::ok(&refund, "settled").respond(false))
 }
