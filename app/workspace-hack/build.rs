@@ -1,0 +1,2 @@
+// Present so that Cargo resolves this crate's [build-dependencies] (the host-side features).
+fn main() {}
