@@ -201,6 +201,7 @@ impl Server {
         let sessions = crate::web::session::spawn_cleanup(state.engine.pool(), SESSION_CLEANUP);
 
         tracing::info!(addr = %listener.local_addr()?, admin_only, "payonce is listening");
+        welcome(reachable(listener.local_addr()?), admin_only);
         let app = if admin_only { http::admin_router(state) } else { http::router(state, bench_routes) };
         let served = listener::serve(listener, app, &http, fds, stopped(stopping)).await;
         sessions.abort();
@@ -224,6 +225,25 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
         ip if ip.is_unspecified() && ip.is_ipv4() => SocketAddr::from(([127, 0, 0, 1], addr.port())),
         ip if ip.is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, addr.port())),
         _ => addr,
+    }
+}
+
+/// What a newcomer needs next, said once at startup: where the shop, the dashboard and the API
+/// are, and the two commands that come first, spelled as this process was started (`cargo run
+/// -- …` when cargo started it, which sets `CARGO_PKG_NAME` for the program it runs).
+fn welcome(addr: SocketAddr, admin_only: bool) {
+    let command = if std::env::var_os("CARGO_PKG_NAME").is_some_and(|name| name == "payonce") {
+        "cargo run -q --"
+    } else {
+        "payonce"
+    };
+    tracing::info!("the shop:      http://{addr}/");
+    tracing::info!("the dashboard: http://{addr}/admin  (an operator first: `{command} admins create alice`)");
+    if !admin_only {
+        tracing::info!(
+            "the API:       POST http://{addr}/v1/payments  (an API key first: `{command} customers create demo`; \
+             docs/errors.md, GET /openapi.json)"
+        );
     }
 }
 
