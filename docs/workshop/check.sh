@@ -8,7 +8,9 @@
 # it runs ${PAYONCE_BIN:-${CARGO_TARGET_DIR:-target}/debug/payonce} (`cargo build -p payonce`
 # first), plus what an exercise itself runs (exercise 5 runs one `cargo test`).
 #
-#   docs/workshop/check.sh            # every exercise, about 2 minutes
+#   docs/workshop/check.sh            # every exercise: about 3 minutes once the tests are built;
+#                                     # exercise 5 runs one `cargo test`, which on a fresh checkout
+#                                     # is the tests' first build (README.md, "Build times")
 #   docs/workshop/check.sh 2 7        # some
 #   KEEP=1 docs/workshop/check.sh 4   # keep the scratch folder (logs, database) to look at
 set -uo pipefail

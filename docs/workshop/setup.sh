@@ -18,7 +18,10 @@
 # Written for bash (the check runs it with bash); zsh works too.
 
 export PAYONCE_BIN=${PAYONCE_BIN:-${CARGO_TARGET_DIR:-target}/debug/payonce}
-export PAYONCE_DATA_DIR=${PAYONCE_DATA_DIR:-.payonce}
+# The workshop's own zero-config PostgreSQL (a cluster of its own, started clean on the first `up`),
+# not the README session's `.payonce`: the class never sees another session's keys, and exercise
+# 6's `db stop` stops nobody else's database.
+export PAYONCE_DATA_DIR=${PAYONCE_DATA_DIR:-.payonce/workshop}
 # Absolute, so that the commands work from any folder.
 case $PAYONCE_BIN in /*) ;; *) PAYONCE_BIN=$PWD/$PAYONCE_BIN ;; esac
 case $PAYONCE_DATA_DIR in /*) ;; *) PAYONCE_DATA_DIR=$PWD/$PAYONCE_DATA_DIR ;; esac

@@ -59,13 +59,14 @@ pub fn parse(bytes: &[u8], batch: &BatchId) -> Result<Vec<Row>, Vec<Problem>> {
         .flexible(true)
         .trim(csv::Trim::All)
         .from_reader(bytes);
-    let columns = match reader.byte_headers() {
-        Ok(header) => Columns::find(header)?,
+    // A header with a problem still names the columns it can: every line below it is checked
+    // for what can be checked, so that one run reports the whole file.
+    let (columns, mut problems) = match reader.byte_headers() {
+        Ok(header) => Columns::find(header),
         Err(err) => return Err(vec![Problem { line: 1, message: format!("the header cannot be read: {err}") }]),
     };
 
     let mut rows = Vec::new();
-    let mut problems = Vec::new();
     let mut lines_of: HashMap<RowId, u64> = HashMap::new();
     let mut record = csv::ByteRecord::new();
     loop {
@@ -101,18 +102,19 @@ pub fn parse(bytes: &[u8], batch: &BatchId) -> Result<Vec<Row>, Vec<Problem>> {
     if problems.is_empty() { Ok(rows) } else { Err(problems) }
 }
 
-/// Where each column is in the file.
+/// Where each column is in the file (`None`: the header lacks it, and said so).
 struct Columns {
     width: usize,
-    row_id: usize,
-    amount: usize,
-    currency: usize,
-    payment_method: usize,
+    row_id: Option<usize>,
+    amount: Option<usize>,
+    currency: Option<usize>,
+    payment_method: Option<usize>,
     description: Option<usize>,
 }
 
 impl Columns {
-    fn find(header: &csv::ByteRecord) -> Result<Self, Vec<Problem>> {
+    /// The columns the header names, and what is wrong with it.
+    fn find(header: &csv::ByteRecord) -> (Self, Vec<Problem>) {
         let problem = |message: String| Problem { line: 1, message };
         let mut at: BTreeMap<&str, usize> = BTreeMap::new();
         let mut problems = Vec::new();
@@ -141,17 +143,15 @@ impl Columns {
                 problems.push(problem(format!("the header has no {required} column")));
             }
         }
-        if !problems.is_empty() {
-            return Err(problems);
-        }
-        Ok(Self {
+        let columns = Self {
             width: header.len(),
-            row_id: at["row_id"],
-            amount: at["amount"],
-            currency: at["currency"],
-            payment_method: at["payment_method"],
+            row_id: at.get("row_id").copied(),
+            amount: at.get("amount").copied(),
+            currency: at.get("currency").copied(),
+            payment_method: at.get("payment_method").copied(),
             description: at.get("description").copied(),
-        })
+        };
+        (columns, problems)
     }
 
     /// One record as a row, or everything wrong with it.
@@ -161,7 +161,7 @@ impl Columns {
             return Err(vec![problem(format!("has {} fields; the header has {}", record.len(), self.width))]);
         }
         let mut problems = Vec::new();
-        let mut text = |index: usize, column: &str| match std::str::from_utf8(&record[index]) {
+        let mut text = |index: Option<usize>, column: &str| match std::str::from_utf8(&record[index?]) {
             Ok(text) => Some(text.to_owned()),
             Err(_) => {
                 problems.push(problem(format!("{column} is not valid UTF-8")));
@@ -174,7 +174,7 @@ impl Columns {
             text(self.currency, "currency"),
             text(self.payment_method, "payment_method"),
         );
-        let description = self.description.and_then(|i| text(i, "description")).filter(|d| !d.is_empty());
+        let description = text(self.description, "description").filter(|d| !d.is_empty());
 
         let row_id =
             row_id.and_then(|id| RowId::parse(&id).map_err(|why| problems.push(problem(format!("row_id {why}")))).ok());
@@ -292,6 +292,7 @@ mod tests {
         assert!(found[0].starts_with("line 1: unknown column \"descripton\""), "{found:?}");
         assert_eq!(found[1], "line 1: column amount appears twice");
         assert_eq!(problems("row_id,amount,currency,payment_method\n"), ["line 1: the file has a header but no rows"]);
+        assert_eq!(problems("row_id,amount,currency\n"), ["line 1: the header has no payment_method column"]);
         assert_eq!(
             problems(""),
             [
@@ -299,6 +300,27 @@ mod tests {
                 "line 1: the header has no amount column",
                 "line 1: the header has no currency column",
                 "line 1: the header has no payment_method column"
+            ]
+        );
+    }
+
+    /// A bad header does not hide the bad lines below it: each is checked for what the header
+    /// names, so one run reports the whole file.
+    #[test]
+    fn a_bad_header_does_not_hide_the_lines_below_it() {
+        let csv = "row_id,amount,currenc,payment_method\n\
+                   a,100,usd,pm_card_visa\n\
+                   b,-1,usd,pm_card_visa\n\
+                   c,100,usd\n\
+                   a,100,usd,pm_card_visa\n";
+        let found = problems(csv);
+        assert!(found[0].starts_with("line 1: unknown column \"currenc\""), "{found:?}");
+        assert_eq!(
+            found[1..],
+            [
+                "line 1: the header has no currency column",
+                "line 3: amount \"-1\" must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD), digits only",
+                "line 4: has 3 fields; the header has 4",
             ]
         );
     }
