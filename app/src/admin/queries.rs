@@ -470,7 +470,7 @@ pub async fn succeeded_without_charge(pool: &PgPool, charged: &[Uuid], limit: i6
         select id, count(*) over () as "total!"
         from payments
         where status = 'succeeded' and not (id = any($1))
-        order by id desc limit $2
+        order by created_at desc limit $2
         "#,
         charged,
         limit,
@@ -609,7 +609,7 @@ pub async fn refunds_of(pool: &PgPool, payment: Uuid) -> sqlx::Result<Vec<Paymen
         from refunds r
         left join idempotency_keys k on k.id = r.key_id
         where r.payment_id = $1
-        order by r.id desc
+        order by r.created_at desc, r.id desc
         "#,
         payment,
     )

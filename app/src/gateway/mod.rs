@@ -83,35 +83,52 @@ pub struct RefundCall<'a> {
 /// The metadata key that names payonce's refund on every refund it creates.
 pub const REFUND_METADATA: &str = "payonce_refund";
 
-/// The downstream idempotency key of a refund's payonce key. Its own prefix, so that a refund
-/// key can never collide with a charge key, whatever the row ids.
-pub fn refund_key(key_id: Uuid) -> String {
-    format!("{REFUND_PREFIX}{}", key_id.simple())
+/// The downstream idempotency key of a refund: from the refund's id, which is its request's
+/// identity ([`crate::idempotency::identity`]), so the same request sends the same key even after
+/// the database forgot it. Its own prefix: a refund key never collides with a charge key.
+/// (A refund an older payonce made, with a random id, keeps the key of its payonce key row,
+/// `key_id`, which it was sent with.)
+pub fn refund_key(refund_id: Uuid, key_id: Uuid) -> String {
+    format!("{REFUND_PREFIX}{}", seed(refund_id, key_id).simple())
 }
 
 /// The prefix of every refund's downstream idempotency key.
 const REFUND_PREFIX: &str = "payonce-refund-";
 
-/// The payonce refund key a refund's downstream key was derived from (Stripe's refund events,
-/// and the `charge.refunded` of a refund call, name it).
+/// The refund a refund's downstream key names (or, for an older payonce's, its key row): Stripe's
+/// refund events, and the `charge.refunded` of a refund call, carry it.
 pub fn key_of_refund(downstream: &str) -> Option<Uuid> {
-    let hex = downstream.strip_prefix(REFUND_PREFIX)?;
-    (hex.len() == 32).then(|| Uuid::try_parse(hex).ok()).flatten()
+    uuid_after(downstream, REFUND_PREFIX)
 }
 
-/// The prefix of every downstream idempotency key.
+/// The prefix of every charge's downstream idempotency key.
 const DOWNSTREAM_PREFIX: &str = "payonce-charge-";
 
-/// The downstream idempotency key of a payonce key: a pure function of the row id, so every
-/// worker computes the same one, and not the client's raw key (which is only unique per customer).
-pub fn downstream_key(key_id: Uuid) -> String {
-    format!("{DOWNSTREAM_PREFIX}{}", key_id.simple())
+/// The downstream idempotency key of a payment: from the payment's id, which is its request's
+/// identity (the customer, the client's key, the request's fingerprint and its generation:
+/// [`crate::idempotency::identity`]). Whoever resumes the work, and a retry after the database
+/// forgot the key (a restore, a failover that lost commits), sends the same key with the same
+/// parameters, and Stripe returns the same PaymentIntent. Not the client's raw key, which is only
+/// unique per customer. (A payment an older payonce made, with a random id, keeps the key of its
+/// payonce key row, `key_id`, which it was sent with.)
+pub fn downstream_key(payment_id: Uuid, key_id: Uuid) -> String {
+    format!("{DOWNSTREAM_PREFIX}{}", seed(payment_id, key_id).simple())
 }
 
-/// The payonce key a downstream key was derived from (Stripe's events name the key of the
-/// request that caused them).
+/// What a downstream key is made from: the resource's identity, or for a resource an older
+/// payonce named at random, its key row's id.
+fn seed(resource: Uuid, key_id: Uuid) -> Uuid {
+    if crate::idempotency::identity::is_identity(resource) { resource } else { key_id }
+}
+
+/// The payment a downstream key names (or, for an older payonce's, its key row): Stripe's events
+/// name the key of the request that caused them.
 pub fn key_of_downstream(downstream: &str) -> Option<Uuid> {
-    let hex = downstream.strip_prefix(DOWNSTREAM_PREFIX)?;
+    uuid_after(downstream, DOWNSTREAM_PREFIX)
+}
+
+fn uuid_after(downstream: &str, prefix: &str) -> Option<Uuid> {
+    let hex = downstream.strip_prefix(prefix)?;
     (hex.len() == 32).then(|| Uuid::try_parse(hex).ok()).flatten()
 }
 
@@ -430,26 +447,33 @@ fn error_answer(api: &ApiErrors, status: u16) -> ErrorAnswer<'_> {
 mod tests {
     use super::*;
 
-    /// The downstream key depends on the row only, and fits Stripe's 255-character limit.
+    /// A payment's downstream key is a function of its id (the request's identity), fits
+    /// Stripe's 255-character limit, and names the payment back; an older payonce's payment (a
+    /// random v7 id) keeps the key of its key row, as it was sent.
     #[test]
-    fn downstream_key_is_deterministic() {
-        let id = Uuid::now_v7();
-        assert_eq!(downstream_key(id), downstream_key(id));
-        assert_ne!(downstream_key(id), downstream_key(Uuid::now_v7()));
-        assert!(downstream_key(id).len() <= 255);
-        assert_eq!(key_of_downstream(&downstream_key(id)), Some(id));
+    fn downstream_key_follows_the_identity() {
+        let fingerprint = crate::idempotency::Fingerprint::of("POST", "/v1/payments", &serde_json::json!({}));
+        let payment = crate::idempotency::identity::identity(Uuid::now_v7(), "k", &fingerprint, 0);
+        let key_row = Uuid::now_v7();
+        assert_eq!(downstream_key(payment, key_row), downstream_key(payment, Uuid::now_v7()));
+        assert!(downstream_key(payment, key_row).len() <= 255);
+        assert_eq!(key_of_downstream(&downstream_key(payment, key_row)), Some(payment));
+        let legacy = Uuid::now_v7();
+        assert_eq!(key_of_downstream(&downstream_key(legacy, key_row)), Some(key_row));
         assert_eq!(key_of_downstream("payonce-charge-xyz"), None);
-        assert_eq!(key_of_downstream(&id.simple().to_string()), None);
+        assert_eq!(key_of_downstream(&payment.simple().to_string()), None);
     }
 
-    /// A refund's downstream key names its key back, and is never read as a charge's (nor the
-    /// other way round).
+    /// A refund's downstream key names it back, and is never read as a charge's (nor the other
+    /// way round).
     #[test]
     fn refund_keys_round_trip_and_do_not_cross() {
-        let id = Uuid::now_v7();
-        assert_eq!(key_of_refund(&refund_key(id)), Some(id));
-        assert_eq!(key_of_downstream(&refund_key(id)), None);
-        assert_eq!(key_of_refund(&downstream_key(id)), None);
+        let fingerprint = crate::idempotency::Fingerprint::of("POST", "/v1/refunds", &serde_json::json!({}));
+        let id = crate::idempotency::identity::identity(Uuid::now_v7(), "k", &fingerprint, 0);
+        let key_row = Uuid::now_v7();
+        assert_eq!(key_of_refund(&refund_key(id, key_row)), Some(id));
+        assert_eq!(key_of_downstream(&refund_key(id, key_row)), None);
+        assert_eq!(key_of_refund(&downstream_key(id, key_row)), None);
         assert_eq!(key_of_refund("payonce-refund-xyz"), None);
     }
 }

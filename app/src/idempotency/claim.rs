@@ -209,7 +209,7 @@ impl Engine {
             }
         };
         let mut lease = self.lease(op, row.id, row.lease_token, initial.clone(), row.attempts, row.age_secs);
-        match first.begin(&mut tx, &mut lease).await? {
+        match self.first_write(first, &mut tx, &mut lease).await? {
             Begun::Written => {
                 tx.commit().await?;
                 EventKind::Claimed.count(1);
@@ -219,6 +219,7 @@ impl Engine {
                 tx.rollback().await?;
                 Ok(Fused::Rejected(response))
             }
+            Begun::Taken => unreachable!("first_write moves past taken generations"),
         }
     }
 
@@ -433,7 +434,20 @@ impl Engine {
         let (customer_id, client_key, request) = (op.customer_id, op.key.as_str().to_owned(), op.request.clone());
         let age = Duration::try_from_secs_f64(age_secs).unwrap_or_default();
         let route = op.route.to_owned();
-        Lease::new(self.clone(), key_id, customer_id, route, client_key, token, recovery_point, request, attempts, age)
+        let fingerprint = op.fingerprint;
+        Lease::new(
+            self.clone(),
+            key_id,
+            customer_id,
+            route,
+            client_key,
+            fingerprint,
+            token,
+            recovery_point,
+            request,
+            attempts,
+            age,
+        )
     }
 
     fn observe(&self, op: &Operation, key_id: Uuid, kind: EventKind, detail: Value) {

@@ -28,6 +28,11 @@ impl Fingerprint {
         Self(hasher.finalize().into())
     }
 
+    /// A stored digest (the `fingerprint` column), if it has the digest's length.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+
     /// The digest.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0

@@ -15,7 +15,7 @@ use sqlx::PgConnection;
 use tokio::time::{Instant, MissedTickBehavior};
 use uuid::Uuid;
 
-use super::{Engine, Event, EventKind, StoredResponse, secs};
+use super::{Engine, Event, EventKind, Fingerprint, StoredResponse, identity, secs};
 
 /// How far the work of a key got: the `recovery_point` column. The engine knows two points,
 /// [`STARTED`](Self::STARTED) (claimed, nothing else written) and [`FINISHED`](Self::FINISHED)
@@ -52,13 +52,18 @@ impl RecoveryPoint {
 #[derive(Debug)]
 pub struct Lease {
     engine: Engine,
-    /// The key's row id; also the seed of the downstream idempotency key.
+    /// The key's row id.
     pub key_id: Uuid,
     pub customer_id: Uuid,
     /// The route template the key was claimed for: which operation drives it.
     pub route: String,
-    /// The client's `Idempotency-Key`, for audit metadata.
+    /// The client's `Idempotency-Key`: part of the request's identity, and audit metadata.
     pub client_key: String,
+    /// The request's fingerprint: part of its identity ([`Self::identity`]).
+    pub fingerprint: Fingerprint,
+    /// Which time this request is made anew after its key was forgotten on purpose: the
+    /// engine's, moved on past resources that exist ([`super::Begun::Taken`]).
+    pub generation: u32,
     /// The fencing token every write of this holder must present.
     pub token: i64,
     /// Where the work resumes.
@@ -110,6 +115,7 @@ impl Lease {
         customer_id: Uuid,
         route: String,
         client_key: String,
+        fingerprint: Fingerprint,
         token: i64,
         recovery_point: RecoveryPoint,
         request: Value,
@@ -122,6 +128,8 @@ impl Lease {
             customer_id,
             route,
             client_key,
+            fingerprint,
+            generation: 0,
             token,
             recovery_point,
             request,
@@ -139,6 +147,13 @@ impl Lease {
     /// What the first write carried, if it ran under this lease and made a `T`.
     pub fn take<T: std::any::Any>(&mut self) -> Option<T> {
         self.carried.0.take()?.downcast::<T>().ok().map(|value| *value)
+    }
+
+    /// The request's identity at this generation: the id its operation gives the resource it
+    /// makes, from which the downstream key and every parameter the gateway compares follow, so
+    /// that a database that forgot the key still makes the gateway replay ([`identity`]).
+    pub fn identity(&self) -> Uuid {
+        identity::identity(self.customer_id, &self.client_key, &self.fingerprint, self.generation)
     }
 
     /// The engine this lease belongs to.

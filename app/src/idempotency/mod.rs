@@ -26,6 +26,7 @@ pub mod budget;
 pub mod claim;
 pub mod events;
 pub mod fingerprint;
+pub mod identity;
 pub mod key;
 pub mod lease;
 pub mod operation;

@@ -52,10 +52,11 @@ pub trait Idempotent: Send + Sync {
     fn first_phase(&self) -> RecoveryPoint;
 
     /// The first local write, inside the claim's transaction `conn` (the key row already exists
-    /// in it, at [`Self::first_phase`]). Its events go in the same transaction. Returns
-    /// [`Begun::Rejected`] if the resource's state refuses the request (a refund of more than
-    /// remains): the transaction is rolled back and the key is not used. What it inserted may be
-    /// handed to [`Self::resume`] with [`Lease::carry`].
+    /// in it, at [`Self::first_phase`]). Its events go in the same transaction. The resource it
+    /// makes is named [`Lease::identity`], and if that name is taken, it writes nothing and
+    /// returns [`Begun::Taken`]. Returns [`Begun::Rejected`] if the resource's state refuses the
+    /// request (a refund of more than remains): the transaction is rolled back and the key is not
+    /// used. What it inserted may be handed to [`Self::resume`] with [`Lease::carry`].
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>>;
 
     /// Drives a held key from `lease.recovery_point` to its stored final response.
@@ -69,6 +70,10 @@ pub enum Begun {
     Written,
     /// The resource refuses the request now (this answer, not stored: the key stays unused).
     Rejected(StoredResponse),
+    /// The resource this generation of the request names ([`Lease::identity`]) exists already:
+    /// the request was made before, under a key since forgotten on purpose (expired). Nothing was
+    /// written; the engine tries the next generation ([`super::identity`]).
+    Taken,
 }
 
 /// Why a key was not driven to completion this time.
@@ -159,12 +164,37 @@ impl Engine {
         let mut tx = self.pool().begin().await?;
         let first = operation.first_phase();
         lease.advance_in(&mut tx, &RecoveryPoint::STARTED, &first, None).await?;
-        let begun = operation.begin(&mut tx, lease).await?;
+        let begun = self.first_write(operation, &mut tx, lease).await?;
         if let Begun::Rejected(response) = &begun {
             lease.finish_in(&mut tx, response, true, serde_json::json!({"reason": "rejected"})).await?;
         }
         tx.commit().await?;
         Ok(begun)
+    }
+}
+
+impl Engine {
+    /// The operation's first write, at the first generation of the request whose resource does
+    /// not exist yet ([`super::identity`]): never [`Begun::Taken`].
+    pub(crate) async fn first_write(
+        &self,
+        operation: &dyn Idempotent,
+        conn: &mut PgConnection,
+        lease: &mut Lease,
+    ) -> sqlx::Result<Begun> {
+        loop {
+            match operation.begin(conn, lease).await? {
+                Begun::Taken if lease.generation < super::identity::MAX_GENERATIONS => lease.generation += 1,
+                Begun::Taken => {
+                    return Err(sqlx::Error::Protocol(format!(
+                        "idempotency key {}: {} generations of this request exist already",
+                        lease.key_id,
+                        super::identity::MAX_GENERATIONS
+                    )));
+                }
+                begun => return Ok(begun),
+            }
+        }
     }
 }
 

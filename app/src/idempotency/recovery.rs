@@ -12,13 +12,14 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::lease::{Lease, RecoveryPoint};
-use super::{Engine, EventKind, secs};
+use super::{Engine, EventKind, Fingerprint, secs};
 
 struct Abandoned {
     id: Uuid,
     customer_id: Uuid,
     route: String,
     key: String,
+    fingerprint: Vec<u8>,
     lease_token: i64,
     recovery_point: String,
     request: Value,
@@ -54,15 +55,15 @@ impl Engine {
                        updated_at = now()
                   from abandoned
                  where k.id = abandoned.id
-                returning k.id, k.customer_id, k.route, k.key, k.lease_token, k.recovery_point, k.request, k.attempts,
-                          k.created_at
+                returning k.id, k.customer_id, k.route, k.key, k.fingerprint, k.lease_token, k.recovery_point,
+                          k.request, k.attempts, k.created_at
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
                 select id, customer_id, 'reclaimed', lease_token,
                        jsonb_build_object('owner', $1::text, 'recovery_point', recovery_point, 'attempts', attempts)
                 from reclaimed
             )
-            select id, customer_id, route, key, lease_token, recovery_point, request, attempts,
+            select id, customer_id, route, key, fingerprint, lease_token, recovery_point, request, attempts,
                    extract(epoch from now() - created_at)::float8 as "age_secs!"
             from reclaimed
             "#,
@@ -82,6 +83,10 @@ impl Engine {
                 tracing::error!(key_id = %row.id, recovery_point = row.recovery_point, "unknown recovery point; leaving the key alone");
                 continue;
             };
+            let Some(fingerprint) = Fingerprint::from_bytes(&row.fingerprint) else {
+                tracing::error!(key_id = %row.id, "a stored fingerprint of the wrong length; leaving the key alone");
+                continue;
+            };
             EventKind::Reclaimed.count(1);
             leases.push(Lease::new(
                 self.clone(),
@@ -89,6 +94,7 @@ impl Engine {
                 row.customer_id,
                 row.route,
                 row.key,
+                fingerprint,
                 row.lease_token,
                 recovery_point,
                 row.request,

@@ -74,7 +74,9 @@ impl Idempotent for Payments {
         Box::pin(async move {
             let request = NewPayment::deserialize(&lease.request)
                 .map_err(|err| sqlx::Error::Decode(format!("stored payment request unreadable: {err}").into()))?;
-            let payment = create_payment(conn, lease, &request).await?;
+            let Some(payment) = create_payment(conn, lease, &request).await? else {
+                return Ok(Begun::Taken);
+            };
             lease.carry(payment);
             Ok(Begun::Written)
         })
@@ -188,9 +190,11 @@ pub(crate) fn refusal_detail(refusal: &Refusal) -> Value {
 }
 
 /// Recovery point 1: the pending payment exists. Runs in the transaction that claimed the key
-/// (or that advanced it from `started`, fenced), so it needs no fence of its own.
-async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPayment) -> sqlx::Result<Payment> {
-    let id = PaymentId(Uuid::now_v7());
+/// (or that advanced it from `started`, fenced), so it needs no fence of its own. The payment is
+/// named by the request's identity; `None` if a payment of that name exists (an earlier
+/// generation of the same request, whose key expired): nothing is written then.
+async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPayment) -> sqlx::Result<Option<Payment>> {
+    let id = PaymentId(lease.identity());
     let metadata = serde_json::to_value(&request.metadata).unwrap_or_default();
     let created_at = sqlx::query_scalar!(
         r#"
@@ -198,10 +202,12 @@ async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPay
             insert into payments
                 (id, customer_id, idempotency_key_id, key_id, amount, currency, payment_method, description, metadata)
             values ($1, $2, $3, $3, $4, $5, $6, $7, $8)
+            on conflict (id) do nothing
             returning created_at
         ), event as (
             insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
-            values ($3, $2, 'payment_created', $9, jsonb_build_object('payment', $10::text))
+            select $3, $2, 'payment_created', $9, jsonb_build_object('payment', $10::text)
+            from payment
         )
         select created_at as "created_at!" from payment
         "#,
@@ -216,15 +222,17 @@ async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPay
         lease.token,
         id.to_string(),
     )
-    .fetch_one(conn)
+    .fetch_optional(conn)
     .await?;
+    let Some(created_at) = created_at else { return Ok(None) };
     EventKind::PaymentCreated.count(1);
-    Ok(Payment::pending(id, lease.customer_id, request, metadata, created_at))
+    Ok(Some(Payment::pending(id, lease.customer_id, request, metadata, created_at)))
 }
 
-/// The gateway request for a key's payment, with its downstream key.
+/// The gateway request for a key's payment, with its downstream key: a function of the payment's
+/// id, itself the request's identity, so that it survives the database forgetting the key.
 pub(super) fn charge_for<'a>(payment: &'a Payment, lease: &Lease) -> Charge<'a> {
-    charge_with_key(payment, &lease.client_key, gateway::downstream_key(lease.key_id))
+    charge_with_key(payment, &lease.client_key, gateway::downstream_key(payment.id.0, lease.key_id))
 }
 
 /// The gateway request for a payment: its own fields, the client's metadata, and the audit trail

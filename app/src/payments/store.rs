@@ -110,8 +110,9 @@ pub async fn list(
         select id, customer_id, amount, amount_refunded, currency, payment_method, description, metadata, status,
                gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
         from payments
-        where customer_id = $1 and ($2::uuid is null or id < $2)
-        order by id desc
+        where customer_id = $1
+          and ($2::uuid is null or (created_at, id) < (select created_at, id from payments where id = $2))
+        order by created_at desc, id desc
         limit $3
         "#,
         customer_id,

@@ -155,7 +155,8 @@ async fn apply(
 }
 
 /// The payment an event names, by payonce's metadata on the PaymentIntent, by the PaymentIntent's
-/// id, or by the downstream idempotency key of the request that caused it; locked until commit,
+/// id, or by the downstream idempotency key of the request that caused it (which names the
+/// payment, or an older payonce's key row: [`gateway::key_of_downstream`]); locked until commit,
 /// so two events about one payment apply one after the other. Compared, by the database's
 /// `payment_status_rank`, with the `status` the event says (if any) and its `created`.
 async fn find(
@@ -177,7 +178,7 @@ async fn find(
                         or (payment_status_rank($4) = payment_status_rank(status) and status <> $4), false) as "behind!",
                coalesce(gateway_event_at > $5, false) as "older!"
         from payments
-        where id = $1 or gateway_payment_intent_id = $2 or key_id = $3
+        where id = $1 or gateway_payment_intent_id = $2 or id = $3 or key_id = $3
         order by (id = $1) desc nulls last, (gateway_payment_intent_id = $2) desc nulls last
         limit 1
         for update

@@ -31,7 +31,6 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
-use uuid::Uuid;
 
 use super::model::{Refund, RefundId, RefundStatus};
 use super::request::NewRefund;
@@ -81,10 +80,11 @@ impl Idempotent for Refunds {
             let request = NewRefund::deserialize(&lease.request)
                 .map_err(|err| sqlx::Error::Decode(format!("stored refund request unreadable: {err}").into()))?;
             match reserve(conn, lease, &request).await? {
-                Ok(created) => {
+                Ok(Some(created)) => {
                     lease.carry(created);
                     Ok(Begun::Written)
                 }
+                Ok(None) => Ok(Begun::Taken),
                 Err(rejected) => Ok(Begun::Rejected(rejected)),
             }
         })
@@ -132,32 +132,40 @@ async fn run(gateway: &Gateway, mut lease: Lease) -> Result<StoredResponse, Proc
 }
 
 /// Recovery point 1, inside the claim's transaction: the reservation and the pending refund, or
-/// the answer that refuses them (not stored).
+/// the answer that refuses them (not stored); `Ok(None)` when the refund's name is taken.
 async fn reserve(
     conn: &mut PgConnection,
     lease: &Lease,
     request: &NewRefund,
-) -> sqlx::Result<Result<Created, StoredResponse>> {
+) -> sqlx::Result<Result<Option<Created>, StoredResponse>> {
     let Some(payment) = request.payment_id() else {
         return Ok(Err(not_found()));
     };
     // The row lock orders refunds of one payment; it is held until this transaction commits,
     // a few statements later, and never across a gateway call.
+    // The refund is named by the request's identity: if a refund of that name exists (an earlier
+    // generation of the same request, whose key expired), nothing is reserved or written.
+    let id = RefundId(lease.identity());
     let Some(row) = sqlx::query!(
         r#"
-        select status, amount, amount_refunded, currency, gateway_payment_intent_id
+        select status, amount, amount_refunded, currency, gateway_payment_intent_id,
+               exists (select from refunds where id = $3) as "taken!"
         from payments
         where id = $1 and customer_id = $2
         for update
         "#,
         payment.0,
         lease.customer_id,
+        id.0,
     )
     .fetch_optional(&mut *conn)
     .await?
     else {
         return Ok(Err(not_found()));
     };
+    if row.taken {
+        return Ok(Ok(None));
+    }
     if row.status != "succeeded" {
         return Ok(Err(not_refundable(payment, &row.status)));
     }
@@ -166,7 +174,6 @@ async fn reserve(
     if remaining == 0 || amount > remaining {
         return Ok(Err(exceeds(payment, amount, remaining, row.amount)));
     }
-    let id = RefundId(Uuid::now_v7());
     let metadata = serde_json::to_value(&request.metadata).unwrap_or_default();
     // The conditional update is the invariant itself: even a caller that skipped the check
     // above could not reserve more than remains (nor could the check constraint let it).
@@ -220,7 +227,7 @@ async fn reserve(
         failure: None,
         created_at,
     };
-    Ok(Ok(Created { refund, payment_intent: row.gateway_payment_intent_id }))
+    Ok(Ok(Some(Created { refund, payment_intent: row.gateway_payment_intent_id })))
 }
 
 /// The gateway request for a key's refund, with its downstream key and payonce's audit trail
@@ -240,7 +247,7 @@ fn call_for<'a>(refund: &'a Refund, payment_intent: &'a str, lease: &Lease) -> R
         amount: refund.amount,
         reason: refund.reason.as_deref(),
         metadata,
-        idempotency_key: gateway::refund_key(lease.key_id),
+        idempotency_key: gateway::refund_key(refund.id.0, lease.key_id),
     }
 }
 

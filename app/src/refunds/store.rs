@@ -114,8 +114,9 @@ pub async fn list(
         select id, customer_id, payment_id, amount, currency, reason, metadata, status,
                gateway_refund_id, failure_code, failure_message, created_at
         from refunds
-        where customer_id = $1 and ($2::uuid is null or payment_id = $2) and ($3::uuid is null or id < $3)
-        order by id desc
+        where customer_id = $1 and ($2::uuid is null or payment_id = $2)
+          and ($3::uuid is null or (created_at, id) < (select created_at, id from refunds where id = $3))
+        order by created_at desc, id desc
         limit $4
         "#,
         customer_id,

@@ -202,7 +202,7 @@ async fn find(
         r#"
         select id, key_id, customer_id, payment_id, amount, status, gateway_refund_id
         from refunds
-        where id = $1 or gateway_refund_id = $2 or key_id = $3
+        where id = $1 or gateway_refund_id = $2 or id = $3 or key_id = $3
         order by (id = $1) desc nulls last, (gateway_refund_id = $2) desc nulls last
         limit 1
         for update
@@ -247,9 +247,9 @@ async fn apply_charge(tx: &mut PgConnection, event: &Delivery<'_>, charge: &Char
         r#"
         select p.id as payment_id, p.key_id as payment_key, p.customer_id, p.amount_refunded,
                r.id as "refund_id?", r.key_id as "refund_key?"
-        from payments p left join refunds r on r.payment_id = p.id and r.key_id = $2
+        from payments p left join refunds r on r.payment_id = p.id and (r.id = $2 or r.key_id = $2)
         where p.id = coalesce(
-            (select payment_id from refunds where key_id = $2),
+            (select payment_id from refunds where id = $2 or key_id = $2 limit 1),
             (select id from payments where gateway_payment_intent_id = $1 limit 1)
         )
         "#,

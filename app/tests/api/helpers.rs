@@ -89,6 +89,35 @@ impl TestDatabase {
         Self { url, pool, server: server.to_owned(), name }
     }
 
+    /// A copy of this database as it is now (`CREATE DATABASE … TEMPLATE`): a backup to restore
+    /// later, by starting a server on the copy. PostgreSQL copies only a database nobody is
+    /// connected to, so every other session on it is ended first (a running server's pool
+    /// reconnects by itself); a session that reconnects in between makes it try again.
+    pub async fn snapshot(&self) -> TestDatabase {
+        let name = format!("payonce_test_{}", Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&self.server).await.expect("connect to the test PostgreSQL");
+        for attempt in 0.. {
+            sqlx::query(
+                "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()",
+            )
+            .bind(&self.name)
+            .execute(&mut admin)
+            .await
+            .expect("end the sessions on the database");
+            match sqlx::query(&format!("create database {name} template {}", self.name)).execute(&mut admin).await {
+                Ok(_) => break,
+                // 55006: the source database is being accessed by other users.
+                Err(sqlx::Error::Database(err)) if err.code().as_deref() == Some("55006") && attempt < 50 => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(err) => panic!("copy the test database: {err}"),
+            }
+        }
+        let url = url_with_database(&self.server, &name);
+        let pool = PgPool::connect(&url).await.expect("connect to the copy");
+        TestDatabase { url, pool, server: self.server.clone(), name }
+    }
+
     /// Creates a customer through the library, as `payonce customers create` does; returns its key.
     /// The database must be migrated (a server started on it does that).
     pub async fn customer(&self, name: &str) -> String {
