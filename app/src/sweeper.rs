@@ -166,24 +166,19 @@ impl Sweeper {
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, "reaping expired keys failed");
-                    report.errors += 1;
+                    failed(&mut report, "reaping expired keys", &err);
                     break;
                 }
             }
         }
         match self.engine.purge_events(self.settings.event_retention, DELETE_BATCH * 10).await {
             Ok(purged) => report.purged_events = purged,
-            Err(err) => {
-                tracing::warn!(error = %err, "purging old events failed");
-                report.errors += 1;
-            }
+            Err(err) => failed(&mut report, "purging old events", &err),
         }
         if let Err(err) =
             crate::inbox::purge(self.engine.pool(), self.settings.event_retention, DELETE_BATCH * 10).await
         {
-            tracing::warn!(error = %err, "purging old webhook events failed");
-            report.errors += 1;
+            failed(&mut report, "purging old webhook events", &err);
         }
         report
     }
@@ -194,8 +189,7 @@ impl Sweeper {
         let leases = match self.engine.reclaim_abandoned(&self.owner, BATCH).await {
             Ok(leases) => leases,
             Err(err) => {
-                tracing::warn!(error = %err, "looking for abandoned keys failed");
-                report.errors += 1;
+                failed(report, "looking for abandoned keys", &err);
                 return 0;
             }
         };
@@ -245,8 +239,7 @@ impl Sweeper {
         let due = match reconcile::due_pending(&self.engine, BATCH).await {
             Ok(due) => due,
             Err(err) => {
-                tracing::warn!(error = %err, "looking for pending payments failed");
-                report.errors += 1;
+                failed(report, "looking for pending payments", &err);
                 return 0;
             }
         };
@@ -285,8 +278,7 @@ impl Sweeper {
         let due = match refund_reconcile::due_pending(&self.engine, BATCH).await {
             Ok(due) => due,
             Err(err) => {
-                tracing::warn!(error = %err, "looking for pending refunds failed");
-                report.errors += 1;
+                failed(report, "looking for pending refunds", &err);
                 return 0;
             }
         };
@@ -318,4 +310,13 @@ impl Sweeper {
         }
         taken
     }
+}
+
+/// Notes a step of the pass that failed on the database: logged with what the failure means (the
+/// one classification, [`crate::db::Failure`], which also lets the pool retire connections to a
+/// primary a failover demoted), and counted in the report.
+fn failed(report: &mut SweepReport, what: &str, err: &sqlx::Error) {
+    let failure = crate::db::Failure::of(err);
+    tracing::warn!(error = %err, ?failure, "{what} failed");
+    report.errors += 1;
 }

@@ -115,13 +115,49 @@ async fn connect_and_migrate(url: &str, config: &DatabaseConfig) -> Result<PgPoo
 }
 
 /// A pool of up to `config.pool_size` connections, each with the session settings payonce's
-/// statements are written for.
+/// statements are written for. A connection opened before this process last met a read-only
+/// server ([`ReadOnlySeen`]) is closed instead of handed out: after a failover, connections that
+/// reached the old primary (now a standby) give way to new ones, which reach the new primary.
 async fn connect(options: PgConnectOptions, config: &DatabaseConfig) -> sqlx::Result<PgPool> {
     PgPoolOptions::new()
         .max_connections(config.pool_size)
         .acquire_timeout(ACQUIRE_TIMEOUT)
+        .before_acquire(|_, meta| Box::pin(async move { Ok(!READ_ONLY_SEEN.retires(meta.age)) }))
         .connect_with(options.options(session_settings(config)))
         .await
+}
+
+/// When this process last had a write refused by a read-only server (SQLSTATE 25006): its
+/// connection reached a node that a failover had just demoted to a standby (or a standby behind a
+/// load balancer that has not noticed yet). Every connection older than that is suspect: the
+/// pool retires them on their next acquire, so it heals without a restart, whatever sits between
+/// payonce and the database (HAProxy also cuts such sessions: docs/ha.md).
+pub struct ReadOnlySeen {
+    /// Milliseconds since [`Self::epoch`] when it was last seen, plus one (0: never).
+    at: std::sync::atomic::AtomicU64,
+    epoch: std::sync::OnceLock<std::time::Instant>,
+}
+
+static READ_ONLY_SEEN: ReadOnlySeen =
+    ReadOnlySeen { at: std::sync::atomic::AtomicU64::new(0), epoch: std::sync::OnceLock::new() };
+
+impl ReadOnlySeen {
+    fn since_epoch(&self) -> Duration {
+        self.epoch.get_or_init(std::time::Instant::now).elapsed()
+    }
+
+    fn note(&self) {
+        let now = u64::try_from(self.since_epoch().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        self.at.fetch_max(now, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a connection of this age was opened before the last read-only refusal.
+    fn retires(&self, age: Duration) -> bool {
+        match self.at.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => false,
+            at => age > self.since_epoch().saturating_sub(Duration::from_millis(at - 1)),
+        }
+    }
 }
 
 /// Set at connection start (the startup packet's `options`), so they hold from the first
@@ -142,8 +178,8 @@ fn session_settings(config: &DatabaseConfig) -> [(&'static str, String); 3] {
 /// API's problems and the pages' error pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// The database is unreachable, starting, shutting down or out of resources. Nothing is wrong
-    /// with the request: retry later.
+    /// The database is unreachable, starting, shutting down, out of resources, or (mid-failover)
+    /// a standby that refuses writes. Nothing is wrong with the request: retry later.
     Unavailable,
     /// A statement or a lock wait ran out of time (`statement_timeout`, `lock_timeout`), or lost
     /// a deadlock: the database is busy. Retry later.
@@ -156,6 +192,8 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// The classification of `err`. A read-only refusal (25006) is also noted, so that the pool
+    /// retires the connections that may lead to the demoted server ([`ReadOnlySeen`]).
     pub fn of(err: &sqlx::Error) -> Self {
         match err {
             sqlx::Error::Io(_)
@@ -168,6 +206,11 @@ impl Failure {
                 // 57014: canceled (statement_timeout); 55P03: lock_not_available (lock_timeout);
                 // 40P01: deadlock detected; 40001: serialization failure.
                 Some("57014" | "55P03" | "40P01" | "40001") => Self::Busy,
+                // 25006: read_only_sql_transaction, a write that reached a standby: mid-failover.
+                Some("25006") => {
+                    READ_ONLY_SEEN.note();
+                    Self::Unavailable
+                }
                 // Class 08: connection exception; 57P0x: the server is shutting down or starting
                 // up; class 53: insufficient resources (e.g. too many connections).
                 Some(code) if code.starts_with("08") || code.starts_with("57P0") || code.starts_with("53") => {

@@ -89,6 +89,11 @@ impl TestDatabase {
         Self { url, pool, server: server.to_owned(), name }
     }
 
+    /// Its name on the server.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// A copy of this database as it is now (`CREATE DATABASE … TEMPLATE`): a backup to restore
     /// later, by starting a server on the copy. PostgreSQL copies only a database nobody is
     /// connected to, so every other session on it is ended first (a running server's pool

@@ -13,6 +13,7 @@ mod connections;
 mod contract;
 mod crash;
 mod database;
+mod failover;
 mod forgetting;
 mod helpers;
 mod input;

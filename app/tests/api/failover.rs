@@ -1,0 +1,101 @@
+//! What a failover looks like from payonce's side, on a real PostgreSQL: sessions ended by the
+//! server (SQLSTATE 57P01, as when a primary shuts down or is demoted) and writes refused by a
+//! server that is read-only (25006, as on a node a failover just demoted). Each is "database
+//! unavailable": a 503 with Retry-After, never a 500, nothing charged for it, and the pool heals
+//! by itself once a writable primary answers. The whole failover, with Patroni, etcd and HAProxy,
+//! killed mid-storm: `loadtest/failover.sh` and `.ci/failover-smoke` (docs/ha.md).
+
+use reqwest::StatusCode;
+
+use crate::helpers::{TestApp, assert_problem, new_key, payment};
+
+/// Ends every session of the test database but the caller's, as a primary going down does to
+/// its clients (each learns it on its next statement: 57P01, or a closed connection).
+async fn end_sessions(app: &TestApp) {
+    sqlx::query(
+        "select pg_terminate_backend(pid) from pg_stat_activity
+         where datname = current_database() and pid <> pg_backend_pid()",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+}
+
+/// Makes the test database read-only for new sessions, or writable again, as a node that is
+/// demoted to a standby (and then one promoted) looks to a client.
+async fn set_read_only(app: &TestApp, read_only: bool) {
+    let setting =
+        if read_only { "set default_transaction_read_only = on" } else { "reset default_transaction_read_only" };
+    // The test's own session may have started read-only too: it says otherwise for itself.
+    let mut conn = app.db.acquire().await.unwrap();
+    sqlx::query("set default_transaction_read_only = off").execute(&mut *conn).await.unwrap();
+    sqlx::query(&format!("alter database {} {setting}", app.database.name())).execute(&mut *conn).await.unwrap();
+}
+
+/// Every pooled connection killed at once (57P01 for whoever was mid-statement): the next
+/// payments are answered as if nothing happened, because the pool replaces dead connections
+/// before handing them out.
+#[tokio::test]
+async fn sessions_ended_by_the_server_are_replaced() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    for _ in 0..3 {
+        let response = app.post_payment(&api_key, Some(&new_key()), &payment(100)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    end_sessions(&app).await;
+    for _ in 0..5 {
+        let key = new_key();
+        let response = app.post_payment(&api_key, Some(&key), &payment(100)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED, "{}", response.text().await.unwrap());
+        assert_eq!(app.charges_for(&key).await.len(), 1);
+    }
+}
+
+/// The primary is demoted under payonce: its sessions end, and the server payonce reconnects to
+/// refuses writes. Each payment is a 503 `service-unavailable` with Retry-After (not a 500), no
+/// key is claimed, nothing is charged. Once the server is writable again, the same requests pay,
+/// once each, without restarting payonce: the pool retired the connections that led to the
+/// read-only server.
+#[tokio::test]
+async fn a_demoted_primary_is_a_503_and_the_pool_heals_by_itself() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    let warm = app.post_payment(&api_key, Some(&new_key()), &payment(100)).send().await.unwrap();
+    assert_eq!(warm.status(), StatusCode::CREATED);
+
+    set_read_only(&app, true).await;
+    end_sessions(&app).await;
+    let keys: Vec<String> = (0..4).map(|_| new_key()).collect();
+    for key in &keys {
+        let response = app.post_payment(&api_key, Some(key), &payment(250)).send().await.unwrap();
+        assert!(response.headers().get("retry-after").is_some(), "a 503 says when to come back");
+        assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "service-unavailable").await;
+    }
+    assert_eq!(app.charges().await.len(), 1, "nothing charged while the database refused writes");
+    let claimed: i64 = sqlx::query_scalar("select count(*) from idempotency_keys where key = any($1)")
+        .bind(&keys)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(claimed, 0, "no key was claimed");
+
+    // Writable again, without ending the read-only sessions payonce holds: it must drop them
+    // itself. A client retrying after a 503 (a connection opened just before the switch may
+    // still meet the read-only server once) gets its payment on the next attempt.
+    set_read_only(&app, false).await;
+    for key in &keys {
+        let mut attempts = 0;
+        let response = loop {
+            attempts += 1;
+            let response = app.post_payment(&api_key, Some(key), &payment(250)).send().await.unwrap();
+            if response.status() != StatusCode::SERVICE_UNAVAILABLE || attempts == 3 {
+                break response;
+            }
+        };
+        assert_eq!(response.status(), StatusCode::CREATED, "{}", response.text().await.unwrap());
+        assert_eq!(app.charges_for(key).await.len(), 1);
+    }
+    let health = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(health.status(), StatusCode::OK);
+}
