@@ -126,6 +126,11 @@ struct DatabaseArgs {
     #[arg(long, env = "PAYONCE_DATA_DIR", default_value = ".payonce")]
     data_dir: PathBuf,
 
+    /// A read replica (a standby) for the dashboard's read-only pages, which then show its lag.
+    /// Keys are always claimed and read on the primary (DATABASE_URL), never here.
+    #[arg(long, env = "PAYONCE_READ_REPLICA_URL", hide_env_values = true)]
+    read_replica_url: Option<String>,
+
     /// Most database connections to open.
     #[arg(long, env = "PAYONCE_DB_POOL_SIZE", default_value_t = 16)]
     db_pool_size: u32,
@@ -398,6 +403,7 @@ impl DatabaseArgs {
             pool_size: self.db_pool_size,
             statement_timeout: Duration::from_secs(self.db_statement_timeout_secs),
             lock_timeout: Duration::from_secs(self.db_lock_timeout_secs),
+            read_replica_url: self.read_replica_url.clone().filter(|url| !url.is_empty()).map(Secret::new),
         }
     }
 }

@@ -111,6 +111,9 @@ pub struct DatabaseConfig {
     /// `lock_timeout` of every pooled connection (zero: none): a statement waiting this long for
     /// a lock gives up, so waiters cannot drain the pool behind one long lock.
     pub lock_timeout: Duration,
+    /// `PAYONCE_READ_REPLICA_URL`: a standby the dashboard's read-only pages may read from, with
+    /// its lag shown. Never used for a key's claim or read, nor any write (docs/ha.md).
+    pub read_replica_url: Option<Secret>,
 }
 
 /// How payments reach the gateway.

@@ -150,6 +150,7 @@ impl Server {
             web,
             webhook_secret: webhook_secret.map(Arc::new),
             lab,
+            reads: database.reads.clone(),
         };
         let fds = FdBudget {
             reserved: RESERVED_FDS + u64::from(config.database.pool_size),

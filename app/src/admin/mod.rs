@@ -97,7 +97,9 @@ impl Operator {
         let refusal = queries::recent_refusal(state.engine.pool(), REFUSAL_WINDOW.as_secs_f64()).await?.map(|r| {
             RefusalBanner { reason: r.reason, message: r.message, at: crate::web::rfc3339(r.at), count: r.count }
         });
+        let replica = state.reads.lag().await?.map(|behind_secs| ReplicaBanner { behind_secs });
         Ok(Chrome {
+            replica,
             operator: self.name.clone(),
             csrf: self.csrf.clone(),
             flashes,
@@ -130,6 +132,20 @@ pub struct Chrome {
     /// Which claim strategy runs, shown on every page unless it is the engine's own outside the
     /// lab ([`crate::lab`]).
     pub strategy: Option<StrategyBanner>,
+    /// The read replica some pages read from, and how far behind it is.
+    pub replica: Option<ReplicaBanner>,
+}
+
+/// What the replica's note says.
+pub struct ReplicaBanner {
+    pub behind_secs: f64,
+}
+
+impl ReplicaBanner {
+    /// Its lag, to a tenth of a second.
+    pub fn behind(&self) -> String {
+        format!("{:.1}", self.behind_secs)
+    }
 }
 
 /// What the claim-strategy banner says.

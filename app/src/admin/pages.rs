@@ -162,7 +162,8 @@ struct LegendEntry {
 
 /// `GET /admin`.
 async fn overview(State(state): State<AppState>, operator: Operator) -> Result<Response, WebError> {
-    let pool = state.engine.pool();
+    // Counts and a chart: a replica's view, a moment old, is good enough ([`crate::db::Reads`]).
+    let pool = state.reads.pool();
     let counts = queries::counts(pool).await?;
     let mut series = chart::outcome_series(BUCKETS as usize);
     let kinds: Vec<&str> = series.iter().map(|s| s.kind).collect();

@@ -113,7 +113,9 @@ async fn show(
     Query(query): Query<PageQuery>,
 ) -> Result<Response, WebError> {
     let id = PaymentId::parse(&id).ok_or(WebError::NotFound)?;
-    let pool = state.engine.pool();
+    // A view; the refund form it offers posts to the primary, where the payment's own row
+    // decides what may still be refunded ([`crate::db::Reads`]).
+    let pool = state.reads.pool();
     let p = queries::payment(pool, id.0).await?.ok_or(WebError::NotFound)?;
     let refunds = queries::refunds_of(pool, id.0).await?;
     let pending: i64 = refunds.iter().filter(|r| r.status == "pending").map(|r| r.amount).sum();

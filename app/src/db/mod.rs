@@ -25,7 +25,48 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// An open database, and the local server behind it if payonce started one.
 pub struct Database {
     pub pool: PgPool,
+    /// Where the dashboard's read-only pages read (`PAYONCE_READ_REPLICA_URL`, else `pool`).
+    pub reads: Reads,
     local: Option<LocalPostgres>,
+}
+
+/// Where the dashboard's read-only views (the overview, a payment's page) read: a replica when
+/// `PAYONCE_READ_REPLICA_URL` names one, else the primary. Every claim and every read of a key
+/// (the API's, and the dashboard's keys pages, whose actions are fenced by what they show) goes
+/// to the primary: a key looked up on a replica that lags is the classic double charge, the retry
+/// not seeing the first request's key (docs/strategies.md). So does the gateway audit, which
+/// compares the ledger with the payments as they are now.
+#[derive(Clone)]
+pub struct Reads {
+    pool: PgPool,
+    replica: bool,
+}
+
+impl Reads {
+    /// Reads on the primary itself.
+    pub fn primary(pool: PgPool) -> Self {
+        Self { pool, replica: false }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// How far behind the primary the replica is, in seconds (`None` when reading the primary):
+    /// zero when it has replayed all it received, else the age of the last transaction it
+    /// replayed.
+    pub async fn lag(&self) -> sqlx::Result<Option<f64>> {
+        if !self.replica {
+            return Ok(None);
+        }
+        sqlx::query_scalar(
+            "select case when pg_last_wal_receive_lsn() is not distinct from pg_last_wal_replay_lsn() then 0
+                         else coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp())::float8, 0) end",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map(Some)
+    }
 }
 
 /// Why the database could not be opened.
@@ -54,10 +95,24 @@ impl Database {
             if let Some(local) = &local {
                 create_database_if_missing(local).await.map_err(OpenError::Connect)?;
             }
-            connect_and_migrate(&url, config).await
+            let pool = connect_and_migrate(&url, config).await?;
+            let reads = match &config.read_replica_url {
+                None => Reads::primary(pool.clone()),
+                Some(replica) => {
+                    let options: PgConnectOptions = replica.expose().parse().map_err(OpenError::Connect)?;
+                    // A few connections for the dashboard; lazily, so that a replica that is down
+                    // fails the pages that read it, never the API.
+                    let pool = PgPoolOptions::new()
+                        .max_connections(config.pool_size.clamp(1, 4))
+                        .acquire_timeout(ACQUIRE_TIMEOUT)
+                        .connect_lazy_with(options.application_name("payonce-reads").options(session_settings(config)));
+                    Reads { pool, replica: true }
+                }
+            };
+            Ok((pool, reads))
         };
         match opened.await {
-            Ok(pool) => Ok(Self { pool, local }),
+            Ok((pool, reads)) => Ok(Self { pool, reads, local }),
             Err(err) => {
                 // Leave no server behind that nobody will stop.
                 if let Some(local) = local
@@ -93,6 +148,7 @@ impl Database {
     /// Closes the pool and stops the local PostgreSQL if this process started it.
     pub async fn close(self) {
         self.pool.close().await;
+        self.reads.pool.close().await;
         if let Some(local) = self.local
             && let Err(err) = local.stop().await
         {

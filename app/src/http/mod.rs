@@ -57,6 +57,8 @@ pub struct AppState {
     pub webhook_secret: Option<Arc<crate::config::Secret>>,
     /// The claim strategy and lab mode ([`crate::lab`]).
     pub lab: Arc<crate::lab::Lab>,
+    /// Where the dashboard's read-only pages read: a replica, or the primary ([`crate::db::Reads`]).
+    pub reads: crate::db::Reads,
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

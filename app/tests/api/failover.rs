@@ -2,12 +2,13 @@
 //! server (SQLSTATE 57P01, as when a primary shuts down or is demoted) and writes refused by a
 //! server that is read-only (25006, as on a node a failover just demoted). Each is "database
 //! unavailable": a 503 with Retry-After, never a 500, nothing charged for it, and the pool heals
-//! by itself once a writable primary answers. The whole failover, with Patroni, etcd and HAProxy,
-//! killed mid-storm: `loadtest/failover.sh` and `.ci/failover-smoke` (docs/ha.md).
+//! by itself once a writable primary answers. And a read replica serves only what may lag: the
+//! dashboard's overview, never a key. The whole failover, with Patroni, etcd and HAProxy, killed
+//! mid-storm: `loadtest/failover.sh` and `.ci/failover-smoke` (docs/ha.md).
 
 use reqwest::StatusCode;
 
-use crate::helpers::{TestApp, assert_problem, new_key, payment};
+use crate::helpers::{ServerProcess, TestApp, assert_problem, new_key, payment};
 
 /// Ends every session of the test database but the caller's, as a primary going down does to
 /// its clients (each learns it on its next statement: 57P01, or a closed connection).
@@ -98,4 +99,52 @@ async fn a_demoted_primary_is_a_503_and_the_pool_heals_by_itself() {
     }
     let health = app.client.get(app.url("/readyz")).send().await.unwrap();
     assert_eq!(health.status(), StatusCode::OK);
+}
+
+/// `PAYONCE_READ_REPLICA_URL`: the dashboard's overview reads the replica (here a copy of the
+/// database taken before any payment: a replica far behind) and says so, while every key is
+/// claimed, replayed and listed on the primary. A payment made twice through a server whose
+/// replica knows nothing of it is still one payment.
+#[tokio::test]
+async fn a_read_replica_serves_the_overview_never_the_keys() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    crate::browser::create_admin(&app).await;
+    let replica = app.database.snapshot().await;
+    let server =
+        ServerProcess::start(&app.database.url, &app.sim_url, &[("PAYONCE_READ_REPLICA_URL", replica.url.as_str())])
+            .await;
+    let client = crate::helpers::browser_client();
+    let key = new_key();
+    for replayed in [false, true] {
+        let response = client
+            .post(server.url("/v1/payments"))
+            .bearer_auth(&api_key)
+            .header("Idempotency-Key", &key)
+            .json(&payment(700))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        assert_eq!(response.headers().get("idempotent-replayed").is_some(), replayed);
+    }
+    assert_eq!(app.charges_for(&key).await.len(), 1);
+
+    let login = client.get(server.url("/admin/login")).send().await.unwrap().text().await.unwrap();
+    let csrf = crate::helpers::field(&login, "csrf");
+    let signed_in = client
+        .post(server.url("/admin/login"))
+        .form(&[("csrf", csrf.as_str()), ("name", crate::browser::ADMIN), ("password", crate::browser::PASSWORD)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let overview = client.get(server.url("/admin")).send().await.unwrap().text().await.unwrap();
+    assert!(overview.contains("read from a replica, <strong>0.0 s behind</strong>"), "{overview}");
+    assert!(
+        overview.contains(r#"id="count-completed"><span class="num">0</span>"#),
+        "the overview counts what the replica holds: nothing yet"
+    );
+    let keys = client.get(server.url("/admin/keys")).send().await.unwrap().text().await.unwrap();
+    assert!(keys.contains(&key), "the keys are listed from the primary");
 }

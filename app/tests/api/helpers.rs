@@ -456,6 +456,8 @@ pub struct Options {
     pub sweeper: SweeperSettings,
     /// Another PostgreSQL server than the tests' shared one.
     pub database_server: Option<String>,
+    /// `PAYONCE_READ_REPLICA_URL`: a database the dashboard reads from.
+    pub read_replica: Option<String>,
     /// Mount the benchmark-only routes.
     pub bench_routes: bool,
     /// The retry budget. By default no backoff at all ([`no_backoff`]), so that tests not about
@@ -486,6 +488,7 @@ impl Default for Options {
             builtin_simulator: false,
             sweeper: SweeperSettings { interval: Duration::from_secs(3600), ..SweeperSettings::default() },
             database_server: None,
+            read_replica: None,
             bench_routes: false,
             budget: no_backoff(),
             horizon: Horizon::default(),
@@ -536,6 +539,7 @@ impl TestApp {
                 pool_size: 10,
                 statement_timeout: Duration::from_secs(5),
                 lock_timeout: Duration::from_secs(2),
+                read_replica_url: options.read_replica.map(Secret::new),
             },
             engine: EngineSettings {
                 lease: options.lease,
