@@ -58,7 +58,7 @@ pub struct Cli {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
 
-    /// double-submit, refund-storm: requests sent with each key at the same instant.
+    /// double-submit, refund-storm, failover: requests sent with each key at the same instant.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=1_000))]
     pub duplicates: u32,
 
@@ -74,7 +74,7 @@ pub struct Cli {
     #[arg(long, value_parser = parse_duration)]
     pub client_timeout: Option<Duration>,
 
-    /// retry-storm: attempts per payment before the client gives up.
+    /// retry-storm, failover: attempts per payment before the client gives up.
     #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub max_attempts: u32,
 
@@ -95,6 +95,11 @@ pub struct Cli {
     /// Print the summary as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+
+    /// failover: write every answer to this file as a JSON line (`at_ms`, `latency_ms`, `answer`,
+    /// `key`), for measuring the unavailability window.
+    #[arg(long)]
+    pub timeline: Option<std::path::PathBuf>,
 }
 
 /// The scenarios and the benchmark's loops.
@@ -109,6 +114,9 @@ pub enum ScenarioName {
     Mixed,
     /// Many keys, each sent by many clients at once, refunding overlapping parts of a few payments.
     RefundStorm,
+    /// Keys kept until they have a final answer while the database fails over (loadtest/failover.sh),
+    /// then every acknowledged payment replayed byte for byte.
+    Failover,
     /// Benchmark: every request a new key (closed loop).
     NewPayments,
     /// Benchmark: every worker replays its one finished payment (closed loop).
@@ -125,6 +133,7 @@ impl ScenarioName {
             Self::RetryStorm => "retry-storm",
             Self::Mixed => "mixed",
             Self::RefundStorm => "refund-storm",
+            Self::Failover => "failover",
             Self::NewPayments => "new-payments",
             Self::Replays => "replays",
             Self::Unprotected => "unprotected",
@@ -174,6 +183,7 @@ pub struct Settings {
     pub max_attempts: u32,
     pub rate: Option<f64>,
     pub retry_transport_errors: bool,
+    pub timeline: Option<std::path::PathBuf>,
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -235,6 +245,7 @@ impl Cli {
             max_attempts: self.max_attempts,
             rate: self.rate,
             retry_transport_errors: self.retry_transport_errors,
+            timeline: self.timeline.clone(),
         })
     }
 

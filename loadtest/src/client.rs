@@ -127,6 +127,8 @@ impl Answer {
 pub struct Reply {
     pub answer: Answer,
     pub latency: Duration,
+    /// The body as it came, for byte-for-byte comparisons (empty without an answer).
+    pub body: Vec<u8>,
 }
 
 impl Api {
@@ -183,11 +185,11 @@ impl Api {
     ) -> Reply {
         let started = Instant::now();
         let request = request.bearer_auth(&self.api_key).json(body).timeout(timeout);
-        let answer = match request.send().await {
+        let (answer, body) = match request.send().await {
             Ok(response) => read(response, resource).await,
-            Err(err) => failure(err),
+            Err(err) => (failure(err), Vec::new()),
         };
-        Reply { answer, latency: started.elapsed() }
+        Reply { answer, latency: started.elapsed(), body }
     }
 }
 
@@ -201,17 +203,17 @@ enum Resource {
 /// The problem type of a refund that asks for more than remains.
 const EXCEEDS_PAYMENT: &str = "https://payonce.dev/problems/refund-exceeds-payment";
 
-/// Reads a whole response into an [`Answer`].
-async fn read(response: reqwest::Response, resource: Resource) -> Answer {
+/// Reads a whole response into an [`Answer`], and its body.
+async fn read(response: reqwest::Response, resource: Resource) -> (Answer, Vec<u8>) {
     let status = response.status().as_u16();
     let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let replayed = header("idempotent-replayed").as_deref() == Some("true");
     let retry_after = header("retry-after").and_then(|v| v.parse().ok());
     let body = match response.bytes().await {
         Ok(body) => body,
-        Err(err) => return failure(err),
+        Err(err) => return (failure(err), Vec::new()),
     };
-    match (status, resource) {
+    let answer = match (status, resource) {
         (201, Resource::Payment) => {
             let payment = serde_json::from_slice(&body).ok();
             if replayed { Answer::Replayed(payment) } else { Answer::Created(payment) }
@@ -222,7 +224,8 @@ async fn read(response: reqwest::Response, resource: Resource) -> Answer {
         (422, _) => Answer::KeyReused,
         (503, _) => Answer::Unavailable { retry_after },
         (other, _) => Answer::Status(other),
-    }
+    };
+    (answer, body.to_vec())
 }
 
 /// The `type` of a problem document.

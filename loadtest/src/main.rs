@@ -13,6 +13,7 @@
 //!   retry_storm    short client timeouts, retries with the same key, Retry-After and jittered backoff
 //!   mixed          new keys, replays and reused keys with another payload (70/25/5)
 //!   refund_storm   a few payments, then many keys × duplicates refunding overlapping parts of them
+//!   failover       keys kept until final while the database fails over, then replayed byte for byte
 //! stats        counts by answer, unexpected answers, latency percentiles
 //! simulator    the simulator's control routes: faults, the charge and refund ledgers
 //! audit        the ledger grouped by (customer, key), compared with what the clients believe

@@ -103,6 +103,10 @@ impl fmt::Display for Report {
             ScenarioName::RefundStorm => {
                 format!("{} payments, {} duplicates per refund key", settings.payments, settings.duplicates)
             }
+            ScenarioName::Failover => format!(
+                "{} duplicates per key, each kept until a 201 (at most {} attempts), then replayed",
+                settings.duplicates, settings.max_attempts
+            ),
             ScenarioName::NewPayments | ScenarioName::Replays | ScenarioName::Unprotected => "closed loop".to_owned(),
         };
         writeln!(f)?;

@@ -256,7 +256,7 @@ mod tests {
     #[test]
     fn tallies() {
         let stats = Stats::default();
-        let reply = |answer| Reply { answer, latency: Duration::from_millis(2) };
+        let reply = |answer| Reply { answer, latency: Duration::from_millis(2), body: Vec::new() };
         stats.record(&reply(Answer::Created(None)), Verdict::Expected);
         stats.record(&reply(Answer::InFlight { retry_after: Some(5) }), Verdict::Expected);
         stats.record(&reply(Answer::Status(500)), Verdict::Unexpected("server error"));

@@ -5,6 +5,7 @@
 
 mod bench;
 mod double_submit;
+pub mod failover;
 mod mixed;
 mod refund_storm;
 mod retry_storm;
@@ -45,6 +46,10 @@ pub struct Run {
     refundable: OnceLock<Vec<Paid>>,
     /// refund-storm: every refund key, and how it ended.
     refund_keys: Mutex<Vec<RefundKey>>,
+    /// failover: the body of the first 201 of each key, which every later 201 must repeat.
+    acknowledged: Mutex<HashMap<String, Vec<u8>>>,
+    /// failover with `--timeline`: every answer, as a JSON line.
+    timeline: Mutex<Vec<String>>,
 }
 
 /// When to stop starting operations: a deadline, a number of requests, or Ctrl-C, whichever
@@ -95,7 +100,34 @@ impl Run {
             believed: Mutex::new(HashMap::new()),
             refundable: OnceLock::new(),
             refund_keys: Mutex::new(Vec::new()),
+            acknowledged: Mutex::new(HashMap::new()),
+            timeline: Mutex::new(Vec::new()),
         }
+    }
+
+    /// failover: notes a 201's body for `key`. False if an earlier 201 of the key said otherwise.
+    pub fn acknowledge(&self, key: &str, body: &[u8]) -> bool {
+        let mut acknowledged = self.acknowledged.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        acknowledged.entry(key.to_owned()).or_insert_with(|| body.to_vec()) == body
+    }
+
+    /// failover: each key's first 201 body.
+    pub fn acknowledged(&self) -> Vec<(String, Vec<u8>)> {
+        let acknowledged = self.acknowledged.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        acknowledged.iter().map(|(key, body)| (key.clone(), body.clone())).collect()
+    }
+
+    /// failover with `--timeline`: keeps the answer for the timeline.
+    pub fn note(&self, key: &str, reply: &Reply) {
+        if self.settings.timeline.is_some() {
+            let line = failover::timeline_line(key, reply);
+            self.timeline.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(line);
+        }
+    }
+
+    /// failover: the timeline's lines, in the order the answers came.
+    pub fn timeline(&self) -> Vec<String> {
+        self.timeline.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// The `n`-th key of `worker`: unique in the run, and recognisable by the audit.
@@ -213,6 +245,7 @@ pub async fn run(run: Arc<Run>) -> Result<(), String> {
                     ScenarioName::RetryStorm => retry_storm::worker(run, worker).await,
                     ScenarioName::Mixed => mixed::worker(run, worker).await,
                     ScenarioName::RefundStorm => refund_storm::worker(run, worker).await,
+                    ScenarioName::Failover => failover::worker(run, worker).await,
                     ScenarioName::NewPayments => bench::new_payments(run, worker).await,
                     ScenarioName::Replays => bench::replays(run, worker).await,
                     ScenarioName::Unprotected => bench::unprotected(run, worker).await,
@@ -223,6 +256,14 @@ pub async fn run(run: Arc<Run>) -> Result<(), String> {
     for worker in workers {
         if let Err(err) = worker.await {
             eprintln!("payonce-loadtest: a worker failed: {err}");
+        }
+    }
+    if run.scenario == ScenarioName::Failover {
+        failover::verify(&run).await;
+        if let Some(path) = &run.settings.timeline {
+            let lines = run.timeline().join("\n") + "\n";
+            std::fs::write(path, lines)
+                .map_err(|err| format!("cannot write the timeline {}: {err}", path.display()))?;
         }
     }
     Ok(())

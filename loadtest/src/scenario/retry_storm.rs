@@ -68,7 +68,7 @@ pub async fn worker(run: Arc<Run>, worker: u32) {
 
 /// How long to wait after the `attempt`-th attempt: at least `Retry-After` when given, plus a
 /// backoff drawn uniformly from `0..min(cap, base · 2^(attempt-1))` ("full jitter").
-fn wait_before_retry(retry_after: Option<u64>, attempt: u32) -> Duration {
+pub(super) fn wait_before_retry(retry_after: Option<u64>, attempt: u32) -> Duration {
     let ceiling = BACKOFF_BASE.saturating_mul(1 << (attempt - 1).min(16)).min(BACKOFF_CAP);
     let backoff = ceiling.mul_f64(fastrand::f64());
     Duration::from_secs(retry_after.unwrap_or(0)) + backoff
