@@ -441,6 +441,9 @@ async fn the_fixed_pages_as_an_operator_sees_them() {
     browser.goto(&app.url("/admin/keys")).await;
     browser.wait_for_text("Completed · declined").await;
     browser.wait_for_text("Stuck because its holder stopped without a word").await;
+    // The stuck row's details, opened: its lease and where it stopped.
+    browser.click(&format!("#more-{} summary", stuck.key_id)).await;
+    browser.wait_for_text("http:crashed-host:4242").await;
     browser.screenshot("dashboard-keys").await;
     browser.goto(&app.url(&format!("/admin/keys/{}", stuck.key_id))).await;
     browser.wait_for_text("attempts 1/12").await;
