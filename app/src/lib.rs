@@ -55,7 +55,7 @@
 //! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
 //!                problem responses, `POST /webhooks/stripe` (the signature checked, then
 //!                the inbox), and the OpenAPI description at `GET /openapi.json`
-//! web            what the HTML side shares: sessions, CSRF, flash messages, assets
+//! web            what the HTML side shares: sessions, CSRF, flash messages, number formats, assets
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
 //! shop           a demo shop at / with a double-click-proof checkout
 //! failpoint      named crash points for the crash tests (`PAYONCE_FAILPOINT`)

@@ -7,6 +7,7 @@
 use std::fmt::Write;
 
 use crate::idempotency::EventKind;
+use crate::web::format;
 
 /// One series: an event kind and how the chart shows it.
 pub struct Series {
@@ -80,10 +81,11 @@ pub fn svg(series: &[Series], bucket_secs: u32) -> String {
         let gy = y(value);
         let _ = write!(
             out,
-            r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{gy:.1}" y2="{gy:.1}"/><text class="tick" x="{}" y="{:.1}" text-anchor="end">{value}</text>"#,
+            r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{gy:.1}" y2="{gy:.1}"/><text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
             WIDTH - RIGHT,
             LEFT - 10.0,
-            gy + 6.0
+            gy + 6.0,
+            format::count(value),
         );
     }
     // The x axis: minutes ago, every five minutes (or at each end for short spans).
@@ -176,5 +178,9 @@ mod tests {
         assert!(svg.contains(">now</text>") && svg.contains(">−5 min</text>") && svg.contains(">−10 min</text>"));
         assert_eq!(svg.matches("<polyline").count(), 5);
         assert!(svg.contains(">events</text>"));
+        // A busy class: the axis's numbers with thousands separators, as every count.
+        series[0].values[29] = 12_000;
+        let busy = super::svg(&series, 30);
+        assert!(busy.contains(">10,000</text>") && busy.contains(">15,000</text>"), "{busy}");
     }
 }

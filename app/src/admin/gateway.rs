@@ -18,6 +18,7 @@ use crate::http::AppState;
 use crate::payments::PaymentId;
 use crate::simulator::{Charge, Faults};
 use crate::web::flash::Flash;
+use crate::web::format::filters;
 use crate::web::money;
 use crate::web::page::{self, WebError};
 use crate::web::simulator::SimulatorError;

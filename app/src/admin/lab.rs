@@ -34,6 +34,7 @@ use crate::lab::{Lab, Strategy};
 use crate::payments::CreatePayment;
 use crate::simulator::Faults;
 use crate::web::flash::Flash;
+use crate::web::format::{self, filters};
 use crate::web::page::{self, WebError};
 
 pub(super) fn router() -> Router<AppState> {
@@ -64,6 +65,11 @@ struct Params {
 impl Params {
     fn strategies(&self) -> Vec<Strategy> {
         Strategy::parse(&self.strategy).map_or_else(|| Strategy::ALL.to_vec(), |s| vec![s])
+    }
+
+    /// The gateway's latency, as the pages write durations.
+    fn latency(&self) -> String {
+        format::ms(self.latency_ms as f64)
     }
 }
 
@@ -242,11 +248,11 @@ async fn show(State(state): State<AppState>, operator: Operator) -> Result<Respo
 
 fn describe(p: &Params) -> String {
     format!(
-        "{}: {} keys × {} at once, gateway {} ms, {} server{}",
+        "{}: {} keys × {} at once, gateway {}, {} server{}",
         p.strategy,
-        p.keys,
-        p.duplicates,
-        p.latency_ms,
+        format::count(p.keys),
+        format::count(p.duplicates),
+        p.latency(),
         p.servers,
         if p.servers == 1 { "" } else { "s" }
     )
@@ -534,6 +540,62 @@ mod tests {
         let too_many =
             [("strategy", "all"), ("keys", "200"), ("duplicates", "50"), ("latency_ms", "0"), ("servers", "1")];
         assert!(form(&too_many).params().unwrap_err().contains("at most"));
+    }
+
+    /// A run's page writes its times with one decimal at most, whatever float noise the
+    /// subtraction that made them left (it once printed `326.09999999999997 ms`), and its counts
+    /// with thousands separators.
+    #[test]
+    fn run_page_rounds_its_times() {
+        let step = Step {
+            server: 1,
+            start_ms: 0.7,
+            end_ms: 326.799_999_999_999_95,
+            status: 201,
+            replayed: false,
+            payment_intent: None,
+        };
+        let result = StrategyResult {
+            strategy: "on-conflict".into(),
+            requests: 2000,
+            created: 1000,
+            replayed: 0,
+            conflict: 1000,
+            reused: 0,
+            server_errors: 0,
+            other: 0,
+            p99_ms: 326.099_999_999_999_97,
+            elapsed_ms: 1234.56,
+            charges: 1000,
+            keys: 1000,
+            double_charged: Vec::new(),
+            charges_per_key: Vec::new(),
+            timeline_key: "k".into(),
+            timeline: vec![step],
+        };
+        let page = RunPage {
+            chrome: Chrome {
+                operator: "alice".into(),
+                csrf: String::new(),
+                flashes: Vec::new(),
+                current: "lab",
+                simulator: true,
+                htmx: "",
+                refusal: None,
+                strategy: None,
+            },
+            id: Uuid::nil(),
+            state: "finished".into(),
+            error: None,
+            params: Params { strategy: "on-conflict".into(), keys: 1000, duplicates: 2, latency_ms: 200, servers: 1 },
+            started_at: "12:00:00".into(),
+            results: vec![result],
+        };
+        let html = page.render().unwrap();
+        for shown in ["326.1 ms", "326.8 ms", "0.7 ms", "1,234.6 ms", "gateway 200 ms", "1,000 for 1,000 keys"] {
+            assert!(html.contains(shown), "{shown:?}:\n{html}");
+        }
+        assert!(!html.contains("326.09") && !html.contains("326.79"), "{html}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::idempotency::{EventKind, StoredResponse};
 use crate::payments::store;
 use crate::refunds;
 use crate::web::flash::Flash;
+use crate::web::format::filters;
 use crate::web::page::{self, WebError};
 use crate::web::{ago, clock, money, rfc3339};
 

@@ -10,12 +10,14 @@
 //! csrf       a token in every form (the session's, or an anonymous cookie's), checked on every
 //!            POST before any handler runs
 //! flash      one-shot messages shown on the next page (post/redirect/get)
+//! format     how the pages write durations and counts (also as template filters)
 //! page       the HTML error type, security headers, and the static assets under /assets/
 //! simulator  the built-in (or external) simulator's control API, for the gateway panel
 //! ```
 
 pub mod csrf;
 pub mod flash;
+pub mod format;
 pub mod page;
 pub mod session;
 pub mod simulator;

@@ -8,7 +8,7 @@ use reqwest::redirect::Policy;
 use reqwest::{Client, Response, StatusCode};
 use uuid::Uuid;
 
-use crate::browser::{ADMIN, PASSWORD, claim_and_crash, crashing_engine, create_admin};
+use crate::browser::{ADMIN, PASSWORD, claim_and_crash, claim_and_go_silent, crashing_engine, create_admin};
 use crate::helpers::{TestApp, browser_client as client, field, new_key, payment};
 
 /// The hidden `csrf` field of a page.
@@ -327,30 +327,37 @@ async fn gateway_panel_sets_faults_and_audit_flags_double_charges() {
     let page = message(&client).await;
     assert!(page.contains("No double charges.") && page.contains("1 charge in the simulator"), "{page}");
     for _ in 0..2 {
-        let response = Client::new()
-            .post(format!("{}v1/payment_intents", app.sim_url))
-            .bearer_auth("sk_test_rogue")
-            .header("Idempotency-Key", Uuid::now_v7().to_string())
-            .form(&[
-                ("amount", "999"),
-                ("currency", "usd"),
-                ("payment_method", "pm_card_visa"),
-                ("confirm", "true"),
-                ("automatic_payment_methods[enabled]", "true"),
-                ("automatic_payment_methods[allow_redirects]", "never"),
-                ("metadata[payonce_customer]", "cus_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),
-                ("metadata[payonce_idempotency_key]", "order-42"),
-                ("metadata[payonce_payment]", "pay_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),
-            ])
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK, "{}", response.text().await.unwrap());
+        rogue_charge(&app, "cus_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6", "order-42").await;
     }
     let page = message(&client).await;
     assert!(page.contains("1 key was charged more than once!"), "{page}");
     assert!(page.contains(r#"<tr class="double"><td><code>cus_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6</code>"#), "{page}");
     assert!(page.contains("order-42") && page.contains("no such payment"), "{page}");
+}
+
+/// A charge made behind payonce's back (by another client of the simulator) with payonce's
+/// metadata for `customer` (`cus_…`) and the client key `key`, and a payment payonce does not
+/// have: what a double charge looks like in the ledger.
+pub(crate) async fn rogue_charge(app: &TestApp, customer: &str, key: &str) {
+    let response = Client::new()
+        .post(format!("{}v1/payment_intents", app.sim_url))
+        .bearer_auth("sk_test_rogue")
+        .header("Idempotency-Key", Uuid::now_v7().to_string())
+        .form(&[
+            ("amount", "999"),
+            ("currency", "usd"),
+            ("payment_method", "pm_card_visa"),
+            ("confirm", "true"),
+            ("automatic_payment_methods[enabled]", "true"),
+            ("automatic_payment_methods[allow_redirects]", "never"),
+            ("metadata[payonce_customer]", customer),
+            ("metadata[payonce_idempotency_key]", key),
+            ("metadata[payonce_payment]", "pay_0192a0b4c5d6e7f8a9b0c1d2e3f4a5b6"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{}", response.text().await.unwrap());
 }
 
 /// The keys table filters by state, customer and a part of the key, newest first, in keyset
@@ -573,17 +580,8 @@ async fn a_silent_holder_is_not_called_live() {
     let app = TestApp::spawn().await;
     create_admin(&app).await;
     let api_key = app.customer("acme").await;
-    let engine = crashing_engine(&app, Duration::from_secs(300));
-    let lease = claim_and_crash(&app, &engine, &api_key, "silent-1", payment(300), "http:killed:9").await;
-    // Killed 200 s ago: a holder heartbeats every third of its lease (300 s: every 100 s).
-    sqlx::query(
-        "update idempotency_keys set updated_at = now() - interval '200 seconds',
-                locked_until = now() + interval '100 seconds' where id = $1",
-    )
-    .bind(lease.key_id)
-    .execute(&app.db)
-    .await
-    .unwrap();
+    // Killed 200 s into its 300 s lease: a holder heartbeats every third of its lease (every 100 s).
+    let lease = claim_and_go_silent(&app, &api_key, "silent-1", "http:killed:9").await;
     let client = client();
     sign_in(&app, &client).await;
     for path in [format!("/admin/keys/{}", lease.key_id), "/admin/keys".to_owned()] {

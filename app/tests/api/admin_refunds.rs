@@ -16,7 +16,7 @@ use crate::browser::create_admin;
 use crate::helpers::{TestApp, browser_client as client, field, new_key, parts, payment};
 
 /// A succeeded payment of `amount` under `key`; returns its id (`pay_…`).
-async fn paid(app: &TestApp, api_key: &str, key: &str, amount: i64) -> String {
+pub(crate) async fn paid(app: &TestApp, api_key: &str, key: &str, amount: i64) -> String {
     let response = app.post_payment(api_key, Some(key), &payment(amount)).send().await.unwrap();
     let (status, _, body) = parts(response).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -24,7 +24,7 @@ async fn paid(app: &TestApp, api_key: &str, key: &str, amount: i64) -> String {
 }
 
 /// A refund through the API; returns its JSON.
-async fn api_refund(app: &TestApp, api_key: &str, key: &str, body: Value) -> Value {
+pub(crate) async fn api_refund(app: &TestApp, api_key: &str, key: &str, body: Value) -> Value {
     let (status, _, body) = parts(app.post_refund(api_key, Some(key), &body).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     body

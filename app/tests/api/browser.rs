@@ -11,6 +11,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::admin::{key_id, rogue_charge};
+use crate::admin_refunds::{api_refund, paid};
 use crate::chromium::Browser;
 use crate::helpers::{TestApp, new_key, payment};
 
@@ -47,6 +49,23 @@ pub async fn claim_and_crash(
         Claim::Acquired(lease) => lease,
         other => panic!("expected to acquire the key, got {other:?}"),
     }
+}
+
+/// Claims `key` under `owner` with a 300 s lease, as a holder that was then killed 200 s ago: its
+/// lease still runs (100 s left), but nothing renews it (a holder heartbeats every third of its
+/// lease, here every 100 s). Returns the lease, never to be used.
+pub async fn claim_and_go_silent(app: &TestApp, api_key: &str, key: &str, owner: &str) -> Lease {
+    let engine = crashing_engine(app, Duration::from_secs(300));
+    let lease = claim_and_crash(app, &engine, api_key, key, payment(300), owner).await;
+    sqlx::query(
+        "update idempotency_keys set updated_at = now() - interval '200 seconds',
+                locked_until = now() + interval '100 seconds' where id = $1",
+    )
+    .bind(lease.key_id)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    lease
 }
 
 /// Signs the browser in to the dashboard from wherever the login page is.
@@ -422,6 +441,9 @@ async fn the_fixed_pages_as_an_operator_sees_them() {
     browser.goto(&app.url("/admin/keys")).await;
     browser.wait_for_text("Completed · declined").await;
     browser.wait_for_text("Stuck because its holder stopped without a word").await;
+    // The stuck row's details, opened: its lease and where it stopped.
+    browser.click(&format!("#more-{} summary", stuck.key_id)).await;
+    browser.wait_for_text("http:crashed-host:4242").await;
     browser.screenshot("dashboard-keys").await;
     browser.goto(&app.url(&format!("/admin/keys/{}", stuck.key_id))).await;
     browser.wait_for_text("attempts 1/12").await;
@@ -431,5 +453,207 @@ async fn the_fixed_pages_as_an_operator_sees_them() {
     browser.wait_for_text("No double charges.").await;
     browser.wait_for_text("Paid again after the key expired (1)").await;
     browser.screenshot("dashboard-gateway-audit").await;
+    browser.close().await;
+}
+
+/// What keeps a dashboard page from fitting its window, in words (empty: it fits). The page is
+/// measured as it is, then with every disclosure open (what is behind one must fit too): the
+/// document must not be wider than the window, no element may end right of it, and nothing may
+/// scroll sideways inside it (a table in a scrolling box hides its last columns just the same);
+/// an element is named where it first sticks out, not with all that it holds.
+/// A drop-down narrower than its longest label cuts that label.
+const FITS: &str = r#"
+var width = document.documentElement.clientWidth, problems = [];
+function name(e) {
+  return e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (e.className && e.className.baseVal === undefined && e.className ? '.' + e.className.trim().split(/\s+/).join('.') : '')
+    + (e.getAttribute('name') ? '[name=' + e.getAttribute('name') + ']' : '');
+}
+function measure(when) {
+  var doc = document.documentElement;
+  if (doc.scrollWidth > window.innerWidth || doc.scrollWidth > width) {
+    problems.push(when + 'the page is ' + doc.scrollWidth + ' px wide in a ' + width + ' px window');
+  }
+  document.querySelectorAll('body *').forEach(function (e) {
+    var box = e.getBoundingClientRect(), style = getComputedStyle(e);
+    var parent = e.parentElement.getBoundingClientRect();
+    if (box.width > 0 && box.right > width + 0.5 && !(parent.right > width + 0.5)) {
+      problems.push(when + name(e) + ' ends at ' + Math.round(box.right) + ' px');
+    }
+    if ((style.overflowX === 'auto' || style.overflowX === 'scroll') && e.scrollWidth > e.clientWidth + 1) {
+      problems.push(when + name(e) + ' scrolls sideways: ' + e.scrollWidth + ' px of content in ' + e.clientWidth + ' px');
+    }
+  });
+}
+measure('');
+var closed = Array.from(document.querySelectorAll('details:not([open])'));
+closed.forEach(function (d) { d.open = true; });
+measure('disclosures open: ');
+document.querySelectorAll('select').forEach(function (select) {
+  var whole = select.cloneNode(true);
+  whole.removeAttribute('id');
+  whole.style.cssText = 'position: absolute; visibility: hidden; width: auto; min-width: 0; max-width: none';
+  select.parentNode.insertBefore(whole, select.nextSibling);
+  var needs = whole.getBoundingClientRect().width, has = select.getBoundingClientRect().width;
+  whole.remove();
+  if (has + 0.5 < needs) {
+    problems.push(name(select) + ' is ' + Math.round(has) + ' px wide: its longest label needs ' + Math.round(needs) + ' px');
+  }
+});
+closed.forEach(function (d) { d.open = false; });
+return problems;
+"#;
+
+/// The overview's cards: per card, its id, where its badge sits in it and how tall the badge is,
+/// and the card's background and border colours.
+const CARDS: &str = r#"
+return Array.from(document.querySelectorAll('.counts a')).map(function (card) {
+  var badge = card.querySelector('.badge').getBoundingClientRect(), box = card.getBoundingClientRect();
+  var style = getComputedStyle(card);
+  return [card.id, Math.round(badge.top - box.top), Math.round(badge.height), style.backgroundColor, style.borderTopColor];
+});
+"#;
+
+/// The dashboard on a workshop's projector (1280 × 800) with what a class makes of it: long keys
+/// and a long customer name, a stuck key and a silent holder, a failed and a declined key,
+/// refunds, a key expired and paid again, a double charge in the audit, and a run of all four
+/// claim strategies. No page scrolls sideways (the keys table once hid Lease, Response and
+/// Created behind a scroll bar), with its disclosures closed or open, and no drop-down cuts its
+/// labels ("All four, one after th"); the overview's badges line up, and a Stuck or Failed card
+/// stands out only when it is not zero; the lab's times have one decimal at most (it once printed
+/// `326.09999999999997 ms`). Each page is saved as `target/browser-artifacts/projector-*.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_dashboard_fits_a_projector() {
+    let app = crate::lab::lab_app().await;
+    create_admin(&app).await;
+    let browser = Browser::start().await;
+    browser.projector().await;
+    browser.goto(&app.url("/admin")).await;
+    sign_in(&browser).await;
+    browser.wait_for_text("Keys by state").await;
+    let quiet = eval(&browser, CARDS).await;
+
+    let acme = app.customer("acme").await;
+    let globex = app.customer("Globex Corporation, EMEA wholesale and returns department").await;
+    let long = |n: u32| {
+        format!("checkout/eu-west-1/globex-emea-wholesale/cart-0192f3a4-7b5c-7d6e-8f90-a1b2c3d4e5f6/attempt-{n:04}")
+    };
+    let pay = paid(&app, &globex, &long(1), 125_000).await;
+    paid(&app, &globex, &long(2), 4_200).await;
+    paid(&app, &acme, &new_key(), 1_000).await;
+    let refund = format!("{}/refund-1", long(1));
+    let body = json!({"payment": pay, "amount": 25_000, "reason": "requested_by_customer"});
+    api_refund(&app, &globex, &refund, body).await;
+    api_refund(&app, &globex, &format!("{}/refund-2", long(1)), json!({"payment": pay, "amount": 10_050})).await;
+    let declined =
+        json!({"amount": 1500, "currency": "usd", "payment_method": "pm_card_chargeDeclinedInsufficientFunds"});
+    let response = app.post_payment(&globex, Some(&long(3)), &declined).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED);
+    // A failed key, as recovery leaves one when it gives up: final, with a 502 to replay.
+    paid(&app, &globex, &long(4), 990).await;
+    sqlx::query("update idempotency_keys set state = 'failed', response_status = 502 where key = $1")
+        .bind(long(4))
+        .execute(&app.db)
+        .await
+        .unwrap();
+    // Expired by an operator, then paid again under the same key.
+    let expired = key_id(&app, &long(2)).await;
+    let engine = crashing_engine(&app, Duration::from_secs(1));
+    assert!(engine.operator_expire(expired, 1, ADMIN).await.unwrap().is_ok());
+    paid(&app, &globex, &long(2), 4_200).await;
+    // Charged twice behind payonce's back, for the audit.
+    let customer = payonce::customers::authenticate(&app.db, &globex).await.unwrap().unwrap();
+    let customer = payonce::customers::CustomerId(customer.id).to_string();
+    for _ in 0..2 {
+        rogue_charge(&app, &customer, &long(1)).await;
+    }
+    let stuck =
+        claim_and_crash(&app, &engine, &globex, &long(5), payment(4200), "http:payonce-eu-west-1b-7f9c4d:4242").await;
+    let silent = claim_and_go_silent(&app, &globex, &long(6), "http:payonce-eu-west-1c-2b8e1a:4242").await;
+    tokio::time::sleep(Duration::from_millis(1300)).await; // the stuck key's lease lapses
+
+    // A lab run of all four strategies, through its form.
+    browser.goto(&app.url("/admin/lab")).await;
+    browser.fill("keys", "4").await;
+    browser.fill("duplicates", "5").await;
+    browser.click("#run").await;
+    let run = browser.wait_for_path("/admin/lab/runs/").await;
+    browser.wait_for_text("Finished.").await;
+
+    let mut pages = vec![
+        ("overview".to_owned(), "/admin".to_owned()),
+        ("keys".to_owned(), "/admin/keys".to_owned()),
+        ("keys-payments".to_owned(), "/admin/keys?operation=payment".to_owned()),
+        ("keys-refunds".to_owned(), "/admin/keys?operation=refund".to_owned()),
+        ("keys-customer".to_owned(), format!("/admin/keys?customer={customer}")),
+        ("keys-search".to_owned(), "/admin/keys?q=attempt-000".to_owned()),
+    ];
+    for state in ["in_flight", "stuck", "completed", "failed", "expired"] {
+        pages.push((format!("keys-{state}"), format!("/admin/keys?state={state}")));
+    }
+    for (name, key) in [
+        ("key-stuck", stuck.key_id),
+        ("key-silent", silent.key_id),
+        ("key-completed", key_id(&app, &long(1)).await),
+        ("key-declined", key_id(&app, &long(3)).await),
+        ("key-failed", key_id(&app, &long(4)).await),
+        ("key-refund", key_id(&app, &refund).await),
+        ("key-expired", expired),
+    ] {
+        pages.push((name.to_owned(), format!("/admin/keys/{key}")));
+    }
+    pages.push(("payment".to_owned(), format!("/admin/payments/{pay}")));
+    pages.push(("gateway".to_owned(), "/admin/gateway".to_owned()));
+    pages.push(("lab".to_owned(), "/admin/lab".to_owned()));
+    pages.push(("lab-run".to_owned(), run));
+
+    let mut unfit = Vec::new();
+    for (name, path) in &pages {
+        browser.goto(&app.url(path)).await;
+        browser.find("#live-status").await;
+        let problems = eval(&browser, FITS).await;
+        let problems = problems.as_array().unwrap();
+        if !problems.is_empty() {
+            unfit.push(format!(
+                "{path}:\n  {}",
+                problems.iter().map(|p| p.as_str().unwrap()).collect::<Vec<_>>().join("\n  ")
+            ));
+        }
+        browser.screenshot(&format!("projector-{name}")).await;
+        browser.projector().await;
+    }
+    assert!(unfit.is_empty(), "pages wider than a 1280 px projector:\n{}", unfit.join("\n"));
+
+    // The overview: every badge at the same height in its card; only a Stuck or Failed card that
+    // is not zero stands out from the others (its border and background).
+    browser.goto(&app.url("/admin")).await;
+    browser.wait_for_text("Keys by state").await;
+    let busy = eval(&browser, CARDS).await;
+    for cards in [&quiet, &busy] {
+        let placed: Vec<_> = cards.as_array().unwrap().iter().map(|card| (card[1].clone(), card[2].clone())).collect();
+        assert!(placed.windows(2).all(|pair| pair[0] == pair[1]), "badges at the same height, the same size: {cards}");
+    }
+    let look = |cards: &Value, id: &str| {
+        let card = cards.as_array().unwrap().iter().find(|card| card[0] == id).unwrap();
+        (card[3].clone(), card[4].clone())
+    };
+    for id in ["count-stuck", "count-failed"] {
+        assert_eq!(look(&quiet, id), look(&quiet, "count-completed"), "a zero {id} looks like any card");
+        assert_ne!(look(&busy, id), look(&busy, "count-completed"), "a non-zero {id} stands out");
+    }
+    assert_eq!(look(&busy, "count-in_flight"), look(&busy, "count-completed"), "only stuck and failed stand out");
+
+    // The lab's times: one decimal at most.
+    browser.goto(&app.url(&pages.last().unwrap().1)).await;
+    browser.wait_for_text("Finished.").await;
+    let text = browser.text().await;
+    let long_decimals = text
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|word| {
+            word.split_once('.').is_some_and(|(whole, decimals)| {
+                !whole.is_empty() && decimals.len() > 1 && decimals.chars().all(|c| c.is_ascii_digit())
+            })
+        })
+        .collect::<Vec<_>>();
+    assert!(long_decimals.is_empty(), "numbers with more than one decimal: {long_decimals:?}\n{text}");
     browser.close().await;
 }

@@ -22,6 +22,9 @@ const WAIT: Duration = Duration::from_secs(15);
 /// The window: a laptop screen, as on a projector.
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 900;
+/// A projector's screen, in CSS pixels: the smallest the dashboard is shown on in a workshop.
+const PROJECTOR_WIDTH: u32 = 1280;
+const PROJECTOR_HEIGHT: u32 = 800;
 /// A phone's screen, in CSS pixels.
 const PHONE_WIDTH: u32 = 390;
 const PHONE_HEIGHT: u32 = 844;
@@ -172,6 +175,13 @@ impl Browser {
         self.client.set_window_size(PHONE_WIDTH, PHONE_HEIGHT + CHROME_HEIGHT).await.expect("size the window");
         let inner = self.client.execute("return window.innerWidth", vec![]).await.expect("the page's width");
         assert_eq!(inner.as_u64(), Some(u64::from(PHONE_WIDTH)), "a window of a phone's width");
+    }
+
+    /// Makes the window a projector's: 1280 × 800 CSS pixels of page.
+    pub async fn projector(&self) {
+        self.client.set_window_size(PROJECTOR_WIDTH, PROJECTOR_HEIGHT + CHROME_HEIGHT).await.expect("size the window");
+        let inner = self.client.execute("return window.innerWidth", vec![]).await.expect("the page's width");
+        assert_eq!(inner.as_u64(), Some(u64::from(PROJECTOR_WIDTH)), "a window of a projector's width");
     }
 
     /// [`Self::screenshot`] at a phone's width.

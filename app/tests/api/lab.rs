@@ -14,7 +14,7 @@ use tokio::sync::Barrier;
 use crate::helpers::{Options, TestApp, new_key, parts, payment};
 
 /// A lab server: every strategy at `/lab/{strategy}/v1/payments`.
-async fn lab_app() -> Arc<TestApp> {
+pub(crate) async fn lab_app() -> Arc<TestApp> {
     let lab = LabSettings {
         lab: true,
         redis_url: std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
