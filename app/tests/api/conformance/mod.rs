@@ -575,11 +575,13 @@ fn headers(exchange: &Exchange, answer: &recorder::Answer) -> Vec<String> {
     {
         problems.push("the Idempotency-Key is not echoed".into());
     }
+    let original = answer.header("original-request").unwrap_or_default();
     if answer.header("idempotent-replayed") == Some("true") {
-        let original = answer.header("original-request").unwrap_or_default();
         if !original.starts_with("req_") || original == request_id {
             problems.push(format!("a replay's Original-Request is {original:?}"));
         }
+    } else if !original.is_empty() && original != request_id {
+        problems.push("a first answer's Original-Request names another request".into());
     }
     let retryable = answer.status.is_server_error() || matches!(answer.status.as_u16(), 409 | 429);
     if retryable && answer.header("stripe-should-retry") != Some("true") {
