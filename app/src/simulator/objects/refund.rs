@@ -45,16 +45,6 @@ pub(crate) enum RefundStatus {
     Failed,
 }
 
-impl RefundStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-        }
-    }
-}
-
 /// Where the money goes back to, and the reference the customer's bank will know it by
 /// (`null` until it arrives).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -155,10 +155,9 @@ fn settle_in(state: &mut State, api_key: &str, id: &str, succeed: bool) -> Resul
     let account = state.account(api_key);
     let refund = account.refunds.get_mut(id).ok_or_else(|| ApiError::not_found("refund", id, "id"))?;
     if refund.status != RefundStatus::Pending {
-        return Err(ApiError::invalid_request(format!(
-            "This refund is not pending: its status is {}.",
-            refund.status.as_str()
-        )));
+        let status = to_value(&refund.status);
+        let status = status.as_str().unwrap_or_default();
+        return Err(ApiError::invalid_request(format!("This refund is not pending: its status is {status}.")));
     }
     let entry = account.pending_refunds.remove(id);
     // What changed, as it was (a property that was absent, as `null`).
