@@ -4,7 +4,7 @@
 //! |---|---|---|---|
 //! | `payonce_idempotency_events_total` | counter | `kind` | one per event of the key log: `claimed`, `replayed`, `conflict` (409), `mismatch` (422), `reclaimed`, `payment_created`, `completed`, `released`, `lease_lost`, `failed`, `expired` (reaped), `refused`, `reconciled`, `webhook` |
 //! | `payonce_gateway_request_duration_seconds` | histogram | `call`, `outcome` | one per gateway call (`create`, `retrieve`, `search`): `succeeded`, `declined`, `pending`, `refused`, `timeout`, `transport`, `unavailable`, `unreadable`, `none` (an empty search) |
-//! | `payonce_gateway_refusals_total` | counter | `reason` | the gateway refused payonce's own request: `authentication`, `permission`, `unknown_url`, `not_found`, `invalid_request`, `idempotency`, `unexpected_status` |
+//! | `payonce_gateway_refusals_total` | counter | `reason` | the gateway refused payonce's own request: `authentication`, `permission`, `unknown_url`, `not_found`, `invalid_request`, `idempotency`, `unexpected_status`, `not_retryable` |
 //! | `payonce_sweeps_total` | counter | | sweeper passes |
 //!
 //! `docs/operations.md` says what each means for an operator.

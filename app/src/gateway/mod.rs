@@ -288,9 +288,9 @@ impl Gateway {
         request: RequestBuilder,
         idempotency_key: Option<&str>,
     ) -> Result<Bytes, RefundOutcome> {
-        self.transport.call(request, idempotency_key, self.timeout).await.map_err(|err| match err {
+        self.transport.call(request, idempotency_key, self.timeout).await.map_err(|err| match err.error {
             StripeError::Stripe(api, status) => {
-                let outcome = error_answer(&api, status).classify_refund();
+                let outcome = error_answer(&api, status, err.should_retry).classify_refund();
                 if let RefundOutcome::Refused(refusal) = &outcome {
                     self.settle("refund", Instant::now(), Outcome::Refused(refusal.clone()));
                 }
@@ -327,8 +327,8 @@ impl Gateway {
 
     /// One call. `Err` holds what an error answer (or the lack of any) means.
     async fn call(&self, request: RequestBuilder, idempotency_key: Option<&str>) -> Result<Bytes, Outcome> {
-        self.transport.call(request, idempotency_key, self.timeout).await.map_err(|err| match err {
-            StripeError::Stripe(api, status) => error_answer(&api, status).classify(),
+        self.transport.call(request, idempotency_key, self.timeout).await.map_err(|err| match err.error {
+            StripeError::Stripe(api, status) => error_answer(&api, status, err.should_retry).classify(),
             StripeError::Timeout => Outcome::Unknown(GatewayError::Timeout(self.timeout)),
             StripeError::ClientError(msg) | StripeError::ConfigError(msg) => {
                 Outcome::Unknown(GatewayError::Transport(msg))
@@ -426,12 +426,13 @@ pub fn classify_intent(intent: &PaymentIntent, next_action: Value) -> Outcome {
         id: intent.id.as_str(),
         status: intent.status.as_str(),
         next_action: Some(next_action),
-        last_payment_error: intent.last_payment_error.as_deref().map(|error| error_answer(error, 0)),
+        last_payment_error: intent.last_payment_error.as_deref().map(|error| error_answer(error, 0, None)),
     }
     .classify()
 }
 
-fn error_answer(api: &ApiErrors, status: u16) -> ErrorAnswer<'_> {
+/// `should_retry`: the answer's `Stripe-Should-Retry`, if any.
+fn error_answer(api: &ApiErrors, status: u16, should_retry: Option<bool>) -> ErrorAnswer<'_> {
     ErrorAnswer {
         status,
         kind: api.type_.as_str(),
@@ -440,6 +441,7 @@ fn error_answer(api: &ApiErrors, status: u16) -> ErrorAnswer<'_> {
         param: api.param.as_deref(),
         message: api.message.as_deref().unwrap_or_default(),
         payment_intent: api.payment_intent.as_ref().map(|pi| pi.id.as_str()),
+        should_retry,
     }
 }
 

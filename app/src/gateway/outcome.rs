@@ -124,6 +124,9 @@ pub enum RefusalReason {
     Idempotency,
     /// A PaymentIntent status payonce's request could not have produced.
     UnexpectedStatus,
+    /// An error the gateway said retrying would not fix (`Stripe-Should-Retry: false`) where it
+    /// would otherwise be unknown (a 5xx, a 409): asking again with the same key only repeats it.
+    NotRetryable,
 }
 
 impl RefusalReason {
@@ -136,6 +139,7 @@ impl RefusalReason {
             Self::InvalidRequest => "invalid_request",
             Self::Idempotency => "idempotency",
             Self::UnexpectedStatus => "unexpected_status",
+            Self::NotRetryable => "not_retryable",
         }
     }
 
@@ -149,6 +153,7 @@ impl RefusalReason {
             Self::InvalidRequest => "the gateway refused the parameters payonce sent",
             Self::Idempotency => "the gateway saw payonce's downstream idempotency key with other parameters",
             Self::UnexpectedStatus => "the gateway left the payment in a state payonce's request cannot produce",
+            Self::NotRetryable => "the gateway answered an error it says retrying will not fix",
         }
     }
 }
@@ -272,17 +277,41 @@ pub struct ErrorAnswer<'a> {
     pub message: &'a str,
     /// The PaymentIntent the error carries (a declined confirmation has one).
     pub payment_intent: Option<&'a str>,
+    /// The answer's `Stripe-Should-Retry` header, if it had one.
+    pub should_retry: Option<bool>,
 }
 
 impl ErrorAnswer<'_> {
     /// The meaning of an error answer.
     ///
-    /// In this order: what may resolve by itself (5xx, 409 "in use" or lock timeout, 429) is
-    /// unknown, whatever its type; a card error is the issuer's decline; 401/403 are payonce's
-    /// credentials; an error about the customer's `payment_method` that is not about the
-    /// request's shape (`parameter_*`) is the gateway's decline, which Stripe saves and replays
-    /// like any executed result; everything else is a request payonce should not have sent.
+    /// Stripe's own hint comes first, as its libraries read it: `Stripe-Should-Retry: true` is
+    /// unknown (asking again may tell), whatever the status; `false` makes what would otherwise
+    /// be unknown a refusal (`not_retryable`: asking again only repeats it). Then, in this order:
+    /// what may resolve by itself (5xx, 409 "in use" or lock timeout, 429) is unknown, whatever its
+    /// type; a card error is the issuer's decline; 401/403 are payonce's credentials; an error
+    /// about the customer's `payment_method` that is not about the request's shape
+    /// (`parameter_*`) is the gateway's decline, which Stripe saves and replays like any executed
+    /// result; everything else is a request payonce should not have sent.
     pub fn classify(&self) -> Outcome {
+        match (self.should_retry, self.classify_by_status()) {
+            (Some(true), _) => Outcome::Unknown(GatewayError::Unavailable {
+                status: self.status,
+                kind: self.kind.to_owned(),
+                message: self.message.to_owned(),
+            }),
+            (Some(false), Outcome::Unknown(_)) => Outcome::Refused(Refusal {
+                reason: RefusalReason::NotRetryable,
+                status: Some(self.status),
+                kind: self.kind.to_owned(),
+                code: self.code.map(str::to_owned),
+                message: self.message.to_owned(),
+            }),
+            (_, outcome) => outcome,
+        }
+    }
+
+    /// The meaning of an error answer without a retry hint.
+    fn classify_by_status(&self) -> Outcome {
         let unknown = || {
             Outcome::Unknown(GatewayError::Unavailable {
                 status: self.status,
@@ -403,7 +432,16 @@ mod tests {
         code: Option<&'static str>,
         param: Option<&'static str>,
     ) -> ErrorAnswer<'static> {
-        ErrorAnswer { status, kind, code, decline_code: None, param, message: "msg", payment_intent: None }
+        ErrorAnswer {
+            status,
+            kind,
+            code,
+            decline_code: None,
+            param,
+            message: "msg",
+            payment_intent: None,
+            should_retry: None,
+        }
     }
 
     fn class(answer: &ErrorAnswer<'_>) -> &'static str {
@@ -452,6 +490,29 @@ mod tests {
             ..error(404, "invalid_request_error", None, None)
         };
         assert_eq!(class(&url), "unknown_url");
+    }
+
+    /// `Stripe-Should-Retry` decides first, as in Stripe's libraries: `true` makes any answer
+    /// unknown, `false` makes what would be unknown a refusal; without it the status decides.
+    #[test]
+    fn the_gateways_retry_hint_decides_first() {
+        let hinted = |answer: ErrorAnswer<'static>, hint| class(&ErrorAnswer { should_retry: Some(hint), ..answer });
+        assert_eq!(hinted(error(500, "api_error", None, None), true), "unavailable");
+        assert_eq!(hinted(error(500, "api_error", None, None), false), "not_retryable");
+        assert_eq!(
+            hinted(error(409, "idempotency_error", Some("idempotency_key_in_use"), None), false),
+            "not_retryable"
+        );
+        assert_eq!(hinted(error(429, "invalid_request_error", Some("rate_limit"), None), true), "unavailable");
+        assert_eq!(hinted(error(400, "invalid_request_error", Some("lock_timeout"), None), true), "unavailable");
+        assert_eq!(
+            hinted(error(400, "invalid_request_error", Some("parameter_unknown"), None), false),
+            "invalid_request"
+        );
+        assert_eq!(hinted(error(402, "card_error", Some("card_declined"), None), false), "declined by the issuer");
+        assert_eq!(class(&error(500, "api_error", None, None)), "unavailable", "no hint: the status decides");
+        let refund = ErrorAnswer { should_retry: Some(false), ..error(503, "api_error", None, None) };
+        assert_eq!(refund.classify_refund().label(), "refused");
     }
 
     /// A decline keeps the gateway's codes and PaymentIntent; a refusal keeps its message.

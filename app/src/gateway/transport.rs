@@ -7,8 +7,10 @@
 //! types, their form encoding, the response and error types) and sends the requests it builds
 //! ([`RequestBuilder`], from `StripeRequest::build`) through a pooled hyper client of its own.
 //! It gets the response body back as bytes: the gateway reads it with async-stripe's types and,
-//! for the few members it passes on as they are (`next_action`), as plain JSON. The transport is
-//! also an async-stripe client (`StripeClient`), which the simulator's tests use.
+//! for the few members it passes on as they are (`next_action`), as plain JSON. An error answer
+//! keeps Stripe's retry hint (`Stripe-Should-Retry`), which async-stripe's error type has no room
+//! for ([`CallError`]). The transport is also an async-stripe client (`StripeClient`), which the
+//! simulator's tests use.
 //! `docs/performance.md` has the before and after.
 
 use std::time::Duration;
@@ -26,10 +28,26 @@ use stripe_client_core::{CustomizedStripeRequest, RequestBuilder, StripeClient, 
 
 const STRIPE_VERSION: HeaderName = HeaderName::from_static("stripe-version");
 const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const SHOULD_RETRY: HeaderName = HeaderName::from_static("stripe-should-retry");
 const FORM: HeaderValue = HeaderValue::from_static("application/x-www-form-urlencoded");
 
 /// How long an idle connection to the gateway is kept for reuse.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A call without a 2xx answer: async-stripe's error, and Stripe's `Stripe-Should-Retry` hint if
+/// the answer carried one (`true`: retrying may succeed; `false`: it will not), which Stripe's own
+/// libraries follow before any rule of their own.
+#[derive(Debug)]
+pub struct CallError {
+    pub error: StripeError,
+    pub should_retry: Option<bool>,
+}
+
+impl From<StripeError> for CallError {
+    fn from(error: StripeError) -> Self {
+        Self { error, should_retry: None }
+    }
+}
 
 /// A Stripe API client over a connection pool. Cheap to clone (the pool is shared).
 #[derive(Clone)]
@@ -59,33 +77,41 @@ impl Transport {
         Ok(Self { client, base_url, authorization, user_agent, version, timeout })
     }
 
-    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Bytes, StripeError> {
+    async fn send(&self, request: Request<Full<Bytes>>) -> Result<Bytes, CallError> {
         let response = self.client.request(request).await.map_err(|err| StripeError::ClientError(err.to_string()))?;
         let status = response.status();
+        let should_retry = match response.headers().get(SHOULD_RETRY).map(HeaderValue::as_bytes) {
+            Some(b"true") => Some(true),
+            Some(b"false") => Some(false),
+            _ => None,
+        };
         let body = response.into_body().collect().await.map_err(|err| StripeError::ClientError(err.to_string()))?;
         let body = body.to_bytes();
         if status.is_success() {
             return Ok(body);
         }
         // Stripe's error envelope, parsed with async-stripe's own types.
-        let envelope = std::str::from_utf8(&body)
+        let error = match std::str::from_utf8(&body)
             .ok()
             .and_then(|text| miniserde::json::from_str::<stripe_shared::Error>(text).ok())
-            .ok_or_else(|| StripeError::JSONDeserialize(format!("unreadable error body with status {status}")))?;
-        Err(StripeError::Stripe(envelope.error, status.as_u16()))
+        {
+            Some(envelope) => StripeError::Stripe(envelope.error, status.as_u16()),
+            None => StripeError::JSONDeserialize(format!("unreadable error body with status {status}")),
+        };
+        Err(CallError { error, should_retry })
     }
 }
 
 impl Transport {
     /// Sends one request, once: payonce decides itself when to retry, with its own
     /// deterministic key. Returns the body of a 2xx answer; any other answer is Stripe's error
-    /// envelope, parsed with async-stripe's own types.
+    /// envelope, parsed with async-stripe's own types, with its retry hint.
     pub async fn call(
         &self,
         request: RequestBuilder,
         idempotency_key: Option<&str>,
         timeout: Duration,
-    ) -> Result<Bytes, StripeError> {
+    ) -> Result<Bytes, CallError> {
         let mut uri = format!("{}v1{}", self.base_url, request.path);
         if let Some(query) = request.query.as_deref().filter(|query| !query.is_empty()) {
             uri.push('?');
@@ -110,7 +136,7 @@ impl Transport {
         }
         let body = Full::new(request.body.map(Bytes::from).unwrap_or_default());
         let request = builder.body(body).map_err(|err| StripeError::ClientError(err.to_string()))?;
-        tokio::time::timeout(timeout, self.send(request)).await.unwrap_or(Err(StripeError::Timeout))
+        tokio::time::timeout(timeout, self.send(request)).await.unwrap_or(Err(StripeError::Timeout.into()))
     }
 }
 
@@ -122,6 +148,56 @@ impl StripeClient for Transport {
         let (request, config) = request.into_pieces();
         let key = config.request_strategy.as_ref().and_then(|strategy| strategy.get_key());
         let timeout = config.timeout.unwrap_or(self.timeout);
-        self.call(request, key.as_ref().map(|key| key.as_str()), timeout).await
+        self.call(request, key.as_ref().map(|key| key.as_str()), timeout).await.map_err(|failure| failure.error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::extract::Path;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use stripe_client_core::StripeRequest;
+    use stripe_core::payment_intent::RetrievePaymentIntent;
+
+    use super::*;
+    use crate::gateway::outcome::RefusalReason;
+    use crate::gateway::{Gateway, Outcome};
+
+    /// A Stripe stand-in that answers every retrieve with a 500 `api_error`, its
+    /// `Stripe-Should-Retry` taken from the id asked for (`true`, `false`, anything else: none).
+    async fn stub() -> String {
+        let answer = |Path(hint): Path<String>| async move {
+            let body = r#"{"error": {"type": "api_error", "message": "An error occurred."}}"#;
+            let mut response = (StatusCode::INTERNAL_SERVER_ERROR, body).into_response();
+            if hint == "true" || hint == "false" {
+                response.headers_mut().insert("stripe-should-retry", HeaderValue::from_str(&hint).unwrap());
+            }
+            response
+        };
+        let router = axum::Router::new().route("/v1/payment_intents/{hint}", axum::routing::get(answer));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}/", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, router).await.expect("serves") });
+        base
+    }
+
+    /// The answer's retry hint reaches the outcome: `true` is unknown, `false` turns what would
+    /// be unknown into a refusal, none leaves it to the status (a 500: unknown).
+    #[tokio::test]
+    async fn the_retry_hint_is_read_and_decides() {
+        let base = stub().await;
+        let timeout = Duration::from_secs(5);
+        let transport = Transport::new("sk_test_hint", base.clone(), timeout).expect("a transport");
+        for (hint, expected) in [("true", Some(true)), ("false", Some(false)), ("none", None)] {
+            let failure = transport.call(RetrievePaymentIntent::new(hint).build(), None, timeout).await.unwrap_err();
+            assert!(matches!(failure.error, StripeError::Stripe(_, 500)), "{failure:?}");
+            assert_eq!(failure.should_retry, expected, "{hint}");
+        }
+        let gateway = Gateway::new("sk_test_hint", Some(&base), timeout).expect("a gateway");
+        assert_eq!(gateway.retrieve("true").await.label(), "unavailable");
+        assert_eq!(gateway.retrieve("none").await.label(), "unavailable");
+        let Outcome::Refused(refusal) = gateway.retrieve("false").await else { panic!("not retryable: a refusal") };
+        assert_eq!(refusal.reason, RefusalReason::NotRetryable);
     }
 }

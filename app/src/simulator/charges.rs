@@ -24,7 +24,8 @@ async fn retrieve(
 ) -> Result<Response, ApiError> {
     let api_key = api_key(&headers)?;
     let Path(id) = path?;
-    let payment_method = |state: &SimState| state.accounts.get(&api_key)?.charges.get(&id)?.payment_method.clone();
+    let payment_method =
+        |state: &SimState| Some(state.accounts.get(&api_key)?.charges.get(&id)?.payment_method.clone());
     let read = |state: &SimState| {
         let charge = state.accounts.get(&api_key).and_then(|account| account.charges.get(&id));
         let charge = charge.ok_or_else(|| ApiError::not_found("charge", &id, "id"))?;

@@ -1,8 +1,11 @@
-//! Stripe's error envelope: `{"error": {"type": …, "code": …, "message": …, "param": …}}`.
+//! Stripe's error envelope: `{"error": {"type": …, "code": …, "doc_url": …, "message": …,
+//! "param": …, "request_log_url": …}}`.
 //!
 //! Clients branch on `type` (always present) and `code`/`decline_code`, so those use Stripe's exact
-//! values; the messages follow Stripe's wording closely enough to be recognisable in logs. See
-//! <https://docs.stripe.com/api/errors>.
+//! values; the messages follow Stripe's wording closely enough to be recognisable in logs. A code
+//! comes with its `doc_url`; the envelope names the request in `request_log_url` (the request
+//! that executed, for a saved result); a card error carries the PaymentIntent and PaymentMethod.
+//! Members without a value are left out, as Stripe does. See <https://docs.stripe.com/api/errors>.
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -33,28 +36,71 @@ pub(crate) enum ErrorType {
 /// The object under `"error"`. It is also a PaymentIntent's `last_payment_error`.
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct ErrorObject {
-    /// The error category (see [`ErrorType`]).
-    #[serde(rename = "type")]
-    pub kind: ErrorType,
+    /// What to do about a decline: `do_not_try_again` for a card reported lost or stolen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub advice_code: Option<&'static str>,
+    /// For declines, the id of the failed charge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub charge: Option<String>,
     /// A short machine-readable reason, e.g. `card_declined` or `parameter_missing`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<&'static str>,
     /// For card errors, the issuer's reason, e.g. `insufficient_funds`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decline_code: Option<&'static str>,
+    /// Stripe's page about the `code`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doc_url: Option<String>,
     /// A sentence for the developer (and, for card errors, one that can be shown to the customer).
     pub message: String,
     /// The request parameter the error is about, e.g. `amount` or `metadata[order_id]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub param: Option<String>,
-    /// For declines, the id of the failed charge.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub charge: Option<String>,
     /// For errors during confirmation, the PaymentIntent as it was left (Stripe includes it so a
     /// client can see `status` and `last_payment_error` without another request). A JSON
     /// snapshot, so that this module stays below the objects it describes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payment_intent: Option<serde_json::Value>,
+    /// For card errors, the PaymentMethod that was declined (a JSON snapshot too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_method: Option<serde_json::Value>,
+    /// Where the request is logged (Stripe's Dashboard), on the envelope's error only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_log_url: Option<String>,
+    /// The error category (see [`ErrorType`]).
+    #[serde(rename = "type")]
+    pub kind: ErrorType,
+}
+
+impl ErrorObject {
+    pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
+        Self {
+            advice_code: None,
+            charge: None,
+            code: None,
+            decline_code: None,
+            doc_url: None,
+            message: message.into(),
+            param: None,
+            payment_intent: None,
+            payment_method: None,
+            request_log_url: None,
+            kind,
+        }
+    }
+
+    /// Sets the code, and its `doc_url` (`card_declined` → `…/error-codes/card-declined`).
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self.doc_url = Some(format!("https://stripe.com/docs/error-codes/{}", code.replace('_', "-")));
+        self
+    }
+}
+
+/// Stripe's Dashboard page of a request's log. (The simulator has no Dashboard: the link has
+/// Stripe's shape and names the request, whose `Request-Id` the simulator's log shows.)
+fn request_log_url(request_id: &str) -> String {
+    format!("https://dashboard.stripe.com/test/logs/{request_id}?t={}", super::objects::now())
 }
 
 /// A Stripe error response: an HTTP status and the error object.
@@ -76,16 +122,7 @@ struct Envelope<'a> {
 
 impl ApiError {
     fn new(status: StatusCode, kind: ErrorType, message: impl Into<String>) -> Self {
-        let error = Box::new(ErrorObject {
-            kind,
-            code: None,
-            decline_code: None,
-            message: message.into(),
-            param: None,
-            charge: None,
-            payment_intent: None,
-        });
-        Self { status, error, should_retry: false }
+        Self { status, error: Box::new(ErrorObject::new(kind, message)), should_retry: false }
     }
 
     /// A 400 `invalid_request_error` with no code; chain [`Self::code`] and [`Self::param`].
@@ -94,7 +131,7 @@ impl ApiError {
     }
 
     pub fn code(mut self, code: &'static str) -> Self {
-        self.error.code = Some(code);
+        *self.error = self.error.with_code(code);
         self
     }
 
@@ -184,14 +221,17 @@ impl ApiError {
         Self { status: StatusCode::PAYMENT_REQUIRED, error: Box::new(error), should_retry: false }
     }
 
-    /// The JSON body, as saved for idempotent replays.
-    pub fn body(&self) -> Bytes {
-        to_json(&Envelope { error: &self.error })
+    /// The JSON body; `request_id` names the request in `request_log_url`.
+    pub fn body(&self, request_id: Option<&str>) -> Bytes {
+        let mut error = (*self.error).clone();
+        error.request_log_url = request_id.map(request_log_url);
+        to_json(&Envelope { error: &error })
     }
 
-    /// The error as a saved result: errors decided during execution are replayed like successes.
-    pub fn saved(&self) -> SavedResponse {
-        SavedResponse { status: self.status, body: self.body(), outcome: self.outcome() }
+    /// The error as a saved result of request `request_id`: errors decided during execution are
+    /// replayed like successes, naming the request that executed.
+    pub fn saved(&self, request_id: &str) -> SavedResponse {
+        SavedResponse::new(self.status, self.body(Some(request_id)), self.outcome())
     }
 
     /// A short label for the request log: the code if there is one, else the type.
@@ -220,10 +260,13 @@ impl From<PathRejection> for ApiError {
     }
 }
 
+/// Renders the error without knowing the request; the server's middleware, which does, renders
+/// it again with its `request_log_url` (it finds the error in the response's extensions).
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response =
-            (self.status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], self.body()).into_response();
+            (self.status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], self.body(None))
+                .into_response();
         let headers = response.headers_mut();
         if self.should_retry {
             headers.insert("stripe-should-retry", HeaderValue::from_static("true"));
@@ -232,6 +275,7 @@ impl IntoResponse for ApiError {
             headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"Stripe\""));
         }
         response.extensions_mut().insert(Outcome(self.outcome()));
+        response.extensions_mut().insert(self);
         response
     }
 }

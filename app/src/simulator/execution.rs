@@ -36,6 +36,13 @@ pub(crate) struct Ctx {
     pub epoch: u64,
 }
 
+impl Ctx {
+    /// The `Request-Id` of the request executing.
+    pub fn request_id(&self) -> &str {
+        self.request.id.as_deref().unwrap_or_default()
+    }
+}
+
 /// Runs an idempotent write: the idempotency decision and the fault draw, then `execute` on its
 /// own task (so that once it has begun, it finishes even if the client hangs up: that is exactly
 /// the case idempotency is for), under the lock, with the result saved for the key.
@@ -122,8 +129,9 @@ async fn run(
         if state.epoch != ctx.epoch {
             return None;
         }
-        let saved = execute(state, &ctx);
+        let mut saved = execute(state, &ctx);
         if let Some(claim) = claim.as_mut() {
+            saved.original_request = ctx.request.id.clone();
             state.account(&ctx.api_key).keys.save(&claim.key, saved.clone());
             claim.saved = true;
         }

@@ -200,6 +200,46 @@ impl Page {
             let has_more = items.len() > start + limit;
             (items.into_iter().skip(start).take(limit).map(|(_, item)| item).collect(), has_more)
         };
-        List { object: "list", data, has_more, url }
+        List::new(data, has_more, url)
+    }
+}
+
+/// A list's `created` filter: `created=T`, or bounds `created[gt]`, `[gte]`, `[lt]`, `[lte]`
+/// (Unix seconds), for the lists Stripe filters by creation time.
+#[derive(Debug, Default)]
+pub(crate) struct Created {
+    gt: Option<i64>,
+    gte: Option<i64>,
+    lt: Option<i64>,
+    lte: Option<i64>,
+}
+
+impl Created {
+    /// Takes the parameter if it is a `created` one; `Ok(false)` leaves it to the route.
+    pub fn take(&mut self, param: &Param<'_>) -> Result<bool, ApiError> {
+        if param.name != "created" {
+            return Ok(false);
+        }
+        let value = param.value.parse::<i64>().map_err(|_| {
+            ApiError::invalid_request(format!("Invalid integer: {}", param.value))
+                .code("parameter_invalid_integer")
+                .param(param.key)
+        })?;
+        match param.inner {
+            None => (self.gte, self.lte) = (Some(value), Some(value)),
+            Some("gt") => self.gt = Some(value),
+            Some("gte") => self.gte = Some(value),
+            Some("lt") => self.lt = Some(value),
+            Some("lte") => self.lte = Some(value),
+            Some(_) => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    pub fn contains(&self, created: i64) -> bool {
+        self.gt.is_none_or(|gt| created > gt)
+            && self.gte.is_none_or(|gte| created >= gte)
+            && self.lt.is_none_or(|lt| created < lt)
+            && self.lte.is_none_or(|lte| created <= lte)
     }
 }

@@ -100,7 +100,7 @@ mod tests {
     }
 
     fn saved() -> SavedResponse {
-        SavedResponse { status: StatusCode::OK, body: Bytes::from_static(b"{}"), outcome: "ok" }
+        SavedResponse::new(StatusCode::OK, Bytes::from_static(b"{}"), "ok")
     }
 
     /// Claim → in use → saved → replay or mismatch; a saved result is never released.

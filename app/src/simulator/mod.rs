@@ -5,17 +5,23 @@
 //! such as `http://127.0.0.1:PORT/`), the same client code runs unchanged, offline, and every
 //! failure an exactly-once design must survive can be produced on demand. It runs inside
 //! `payonce serve` when no `STRIPE_SECRET_KEY` is set, or alone as `payonce stripe-sim`. The
-//! contract is Stripe's API: async-stripe (rc.10) deserialises everything it returns, Stripe's
-//! official Python library drives it unchanged (`.ci/stripe-python-check`), and its webhook
-//! signatures verify with async-stripe-webhook. The full reference is `docs/simulator.md`.
+//! contract is Stripe's API as its OpenAPI description defines it: every request payonce sends and
+//! every answer and event of the simulator is checked against the description, both ways
+//! (`app/tests/api/conformance`), async-stripe (rc.10) deserialises everything it returns,
+//! Stripe's official Python and Node libraries drive it unchanged (`.ci/stripe-python-check`,
+//! `.ci/stripe-node-check`), and its webhook signatures verify with async-stripe-webhook and the
+//! Node library. The full reference is `docs/simulator.md`.
 //!
 //! # What it is
 //!
-//! - **Stripe's wire format** for PaymentIntents (create and confirm, retrieve, search),
-//!   refunds (create, retrieve, list), charges (retrieve), webhook endpoints (create, retrieve,
-//!   list, delete) and events (retrieve, list): form bodies with `metadata[k]=v`, Bearer (or
-//!   Basic) auth with `sk_…`/`rk_…` keys, Stripe's ids, objects, error envelope, status codes,
-//!   `Request-Id` header, and the `return_url` rule of API versions since 2023-08-16.
+//! - **Stripe's wire format** for PaymentIntents (create and confirm, retrieve, list, search in
+//!   Stripe's query language), refunds (create, retrieve, list), charges (retrieve), webhook
+//!   endpoints (create, retrieve, list, delete) and events (retrieve, list): form bodies with
+//!   `metadata[k]=v`, Bearer (or Basic) auth with `sk_…`/`rk_…` keys, Stripe's ids, objects (every
+//!   property Stripe sends, `null` where the simulator has nothing to say), error envelope
+//!   (`doc_url`, `request_log_url`, a card error's PaymentMethod), status codes, headers
+//!   (`Request-Id`, `Stripe-Version`, `Idempotency-Key`, `Original-Request`,
+//!   `Stripe-Should-Retry`), and the `return_url` rule of API versions since 2023-08-16.
 //! - **Stripe's test payment methods** decide the outcome, including the pending ones: cards
 //!   that succeed or decline (`pm_card_visa`, `pm_card_chargeDeclinedInsufficientFunds`, …),
 //!   3-D Secure (`pm_card_threeDSecure2Required`: `requires_action` until the customer answers
@@ -50,10 +56,10 @@
 //! never expire (Stripe keeps them 24 hours); events are rendered in the API version
 //! async-stripe pins, whatever the endpoint's `api_version`; webhook URLs must be plain `http`
 //! (it has no TLS client); all state is in memory and lost when the process exits. What is
-//! outside the subset is refused loudly
-//! (`parameter_unknown`, Stripe's 404, a 400 naming unsupported search syntax) rather than
-//! ignored; only `expand` (honoured for a PaymentIntent's `latest_charge`) and `mandate_data`
-//! are accepted without effect.
+//! outside the subset is refused loudly (`parameter_unknown`, Stripe's 404, a 400 naming what
+//! the search language does not allow) rather than ignored; only `expand` (honoured for a
+//! PaymentIntent's `latest_charge` and a search's `total_count`) and `mandate_data` are accepted
+//! without effect.
 //!
 //! # Layout
 //!
@@ -62,7 +68,7 @@
 //! leaves.
 //!
 //! ```text
-//! server.rs              Simulator::router, the Request-Id/log middleware, start / serve
+//! server.rs              Simulator::router, the headers/log middleware, start / serve
 //! control.rs             the /_sim routes and their Rust equivalents on Simulator
 //! payment_intents/       create + confirm (params, confirm: per payment method), retrieve, search
 //! refunds/               create (the refund itself), retrieve, list
@@ -70,15 +76,17 @@
 //! webhooks/              endpoints (routes), delivery (tasks, retries), signature, log
 //! events/                emit (record + queue deliveries), routes (GET /v1/events…)
 //! execution.rs           the pipeline of every write (idempotency, faults, claim) and read
-//! http.rs                auth, Idempotency-Key, Stripe-Version, form encoding, pagination
+//! http.rs                auth, Idempotency-Key, Stripe-Version, form encoding, pagination,
+//!                        the created filter
 //! jobs.rs                transact: change the state, then start deliveries and timers unlocked
 //! state.rs               Simulator (the handle), State, Account, Settings, Job
 //! idempotency.rs         claims, saved results, replays, mismatches
 //! faults.rs              Faults: validation, scope, the per-call and per-delivery draws
-//! payment_methods.rs     Stripe's test payment methods and what each one does
+//! payment_methods.rs     Stripe's test payment methods: what each pays with and does
 //! ledger.rs              charges and refunds, append-only
 //! form.rs                form and query decoding, the parsing rules routes share
-//! objects/               PaymentIntent, Charge, Refund, Event, WebhookEndpoint, lists, ids
+//! objects/               PaymentIntent, Charge, Refund, PaymentMethod, Event, WebhookEndpoint,
+//!                        lists, ids: one builder each
 //! error.rs, response.rs  Stripe's error envelope; JSON answers and saved results
 //! ```
 

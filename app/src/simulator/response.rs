@@ -20,12 +20,19 @@ pub(crate) struct SavedResponse {
     pub body: Bytes,
     /// A label for the request log, e.g. `succeeded` or `card_declined`.
     pub outcome: &'static str,
+    /// The `Request-Id` of the request that executed, once saved for an `Idempotency-Key`: sent
+    /// as `Original-Request` with the answer and every replay of it, as Stripe does.
+    pub original_request: Option<String>,
 }
 
 impl SavedResponse {
+    pub fn new(status: StatusCode, body: Bytes, outcome: &'static str) -> Self {
+        Self { status, body, outcome, original_request: None }
+    }
+
     /// A 200 with `value` as its JSON body.
     pub fn ok(value: &impl Serialize, outcome: &'static str) -> Self {
-        Self { status: StatusCode::OK, body: to_json(value), outcome }
+        Self::new(StatusCode::OK, to_json(value), outcome)
     }
 
     /// Renders the answer, marking replays as Stripe does (`Idempotent-Replayed: true`).
@@ -34,6 +41,9 @@ impl SavedResponse {
             (self.status, [(CONTENT_TYPE, HeaderValue::from_static("application/json"))], self.body).into_response();
         if replayed {
             response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+        }
+        if let Some(original) = self.original_request.and_then(|id| HeaderValue::from_str(&id).ok()) {
+            response.headers_mut().insert("original-request", original);
         }
         response.extensions_mut().insert(Outcome(self.outcome));
         response

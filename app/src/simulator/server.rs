@@ -5,14 +5,18 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::Request;
-use axum::http::HeaderValue;
+use axum::http::header::CONTENT_LENGTH;
+use axum::http::{HeaderValue, Method};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::error::ApiError;
+use super::events::api_version;
 use super::http::{RequestId, unrecognized};
 use super::response::Outcome;
 use super::state::Simulator;
@@ -36,29 +40,47 @@ impl Simulator {
             .merge(control::router())
             .fallback(unrecognized)
             .method_not_allowed_fallback(unrecognized)
-            .layer(middleware::from_fn(request_id_and_log))
+            .layer(middleware::from_fn(stripe_headers_and_log))
             .with_state(self.clone())
     }
 }
 
-/// Gives every request its `req_…` id (in the extensions for the handlers, and in the
-/// `Request-Id` response header, as Stripe does), and writes one debug line per request:
-/// method, path, Idempotency-Key, status and outcome. The API key is never logged.
-async fn request_id_and_log(mut request: Request, next: Next) -> Response {
+/// What every answer carries, as Stripe's: the request's `req_…` id (in the extensions for the
+/// handlers, and in the `Request-Id` header), and on the API's routes the `Stripe-Version` it was
+/// rendered in (the request's, else the account default: the version async-stripe pins), the
+/// `Idempotency-Key` of a POST echoed, and an error's `request_log_url`. Writes one debug line per
+/// request: method, path, Idempotency-Key, status and outcome. The API key is never logged.
+async fn stripe_headers_and_log(mut request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    let idempotency_key = request.headers().get("idempotency-key").and_then(|key| key.to_str().ok()).map(str::to_owned);
+    let idempotency_key = request.headers().get("idempotency-key").cloned();
+    let version = request.headers().get("stripe-version").cloned();
     let request_id = RequestId::new();
     let header = HeaderValue::from_str(&request_id.0).ok();
-    request.extensions_mut().insert(request_id);
+    request.extensions_mut().insert(request_id.clone());
     let mut response = next.run(request).await;
+    if let Some(error) = response.extensions_mut().remove::<ApiError>() {
+        // Rendered without knowing the request: again, naming it.
+        *response.body_mut() = Body::from(error.body(Some(&request_id.0)));
+        response.headers_mut().remove(CONTENT_LENGTH);
+    }
+    let headers = response.headers_mut();
     if let Some(header) = header {
-        response.headers_mut().insert("request-id", header);
+        headers.insert("request-id", header);
+    }
+    if path.starts_with("/v1/") {
+        let version = version.unwrap_or_else(|| HeaderValue::from_static(api_version()));
+        headers.insert("stripe-version", version);
+        if method == Method::POST
+            && let Some(key) = idempotency_key.clone()
+        {
+            headers.insert("idempotency-key", key);
+        }
     }
     tracing::debug!(
         %method,
         path,
-        idempotency_key,
+        idempotency_key = idempotency_key.as_ref().and_then(|key| key.to_str().ok()),
         status = response.status().as_u16(),
         outcome = response.extensions().get::<Outcome>().map_or("-", |outcome| outcome.0),
         replayed = response.headers().contains_key("idempotent-replayed"),

@@ -451,6 +451,10 @@ pub struct Options {
     pub gateway_timeout: Duration,
     /// Use the built-in simulator instead of the test's own (as `payonce serve` does without keys).
     pub builtin_simulator: bool,
+    /// Charge through this base URL (`http://…/`) instead of a simulator of the test's own: a
+    /// gateway the test runs itself (the conformance test's recording proxy in front of one).
+    /// The simulator controls ([`Ledger`]) go there too.
+    pub stripe_api_base: Option<String>,
     /// The in-server sweeper's settings. By default it passes once at startup and then sleeps for
     /// an hour, so that it cannot race a test that is not about it.
     pub sweeper: SweeperSettings,
@@ -486,6 +490,7 @@ impl Default for Options {
             key_ttl: Duration::from_secs(86_400),
             gateway_timeout: Duration::from_secs(10),
             builtin_simulator: false,
+            stripe_api_base: None,
             sweeper: SweeperSettings { interval: Duration::from_secs(3600), ..SweeperSettings::default() },
             database_server: None,
             read_replica: None,
@@ -526,7 +531,7 @@ impl TestApp {
             Some(server) => TestDatabase::create_on(server).await,
             None => TestDatabase::create().await,
         };
-        let sim = if options.builtin_simulator {
+        let sim = if options.builtin_simulator || options.stripe_api_base.is_some() {
             None
         } else {
             Some(simulator::start("127.0.0.1:0".parse().unwrap()).await.expect("start the simulator"))
@@ -549,9 +554,8 @@ impl TestApp {
                 gateway_timeout: options.gateway_timeout,
             },
             gateway: GatewayConfig {
-                stripe: sim.as_ref().map(|sim| StripeConfig {
-                    secret_key: Secret::new(options.stripe_secret_key),
-                    api_base: Some(sim.base_url()),
+                stripe: sim.as_ref().map(RunningSimulator::base_url).or(options.stripe_api_base.clone()).map(|base| {
+                    StripeConfig { secret_key: Secret::new(options.stripe_secret_key), api_base: Some(base) }
                 }),
                 simulator_addr: "127.0.0.1:0".parse().unwrap(),
                 timeout: options.gateway_timeout,
@@ -566,9 +570,10 @@ impl TestApp {
         };
         let server = Server::start(config).await.expect("start payonce");
         let addr = server.local_addr();
-        let sim_url = match &sim {
-            Some(sim) => sim.base_url(),
-            None => server.simulator_url().expect("the built-in simulator runs"),
+        let sim_url = match (&sim, options.stripe_api_base) {
+            (Some(sim), _) => sim.base_url(),
+            (None, Some(base)) => base,
+            (None, None) => server.simulator_url().expect("the built-in simulator runs"),
         };
         let (shutdown, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(server.run(async {

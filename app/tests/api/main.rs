@@ -9,6 +9,7 @@ mod browser;
 mod budget;
 mod chromium;
 mod concurrency;
+mod conformance;
 mod connections;
 mod contract;
 mod crash;

@@ -10,7 +10,7 @@ pub(crate) mod routes;
 
 use serde_json::Value;
 
-use super::objects::{Event, EventData, EventRequest, new_id, now};
+use super::objects::{Event, EventRequest};
 use super::response::to_json;
 use super::state::{Job, State};
 use super::webhooks::log::{Delivery, DeliveryAt, DeliveryJob, DeliveryState, EventRecord};
@@ -31,7 +31,6 @@ pub(crate) fn emit(
     previous_attributes: Option<Value>,
     request: &EventRequest,
 ) {
-    let id = new_id("evt");
     let endpoints: Vec<_> = state
         .account(api_key)
         .webhook_endpoints
@@ -42,17 +41,8 @@ pub(crate) fn emit(
     let plans: Vec<_> = endpoints.iter().map(|_| state.faults.plan_delivery()).collect();
     let pending_webhooks = plans.iter().filter(|plan| !plan.dropped).count();
 
-    let event = Event {
-        id: id.clone(),
-        object: "event",
-        api_version: api_version(),
-        created: now(),
-        data: EventData { object, previous_attributes },
-        livemode: false,
-        pending_webhooks: i64::try_from(pending_webhooks).unwrap_or(i64::MAX),
-        request: request.clone(),
-        kind,
-    };
+    let event = Event::new(kind, api_version(), object, previous_attributes, pending_webhooks, request.clone());
+    let id = event.id.clone();
     let payload = to_json(&event);
 
     let position = state.events.records().len();

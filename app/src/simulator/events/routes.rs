@@ -9,7 +9,7 @@ use axum::response::Response;
 use axum::routing::get;
 
 use crate::simulator::error::ApiError;
-use crate::simulator::http::{Page, api_key};
+use crate::simulator::http::{Created, Page, api_key};
 use crate::simulator::response::SavedResponse;
 use crate::simulator::state::Simulator;
 
@@ -35,11 +35,12 @@ async fn retrieve(
 
 async fn list(State(sim): State<Simulator>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
     let api_key = api_key(&headers)?;
-    let mut types: Vec<String> = Vec::new();
-    let page = Page::parse(uri.query(), "limit, starting_after, ending_before, type, types and expand", |param| {
+    let (mut types, mut created): (Vec<String>, _) = (Vec::new(), Created::default());
+    let supported = "created, limit, starting_after, ending_before, type, types and expand";
+    let page = Page::parse(uri.query(), supported, |param| {
         match (param.name, param.inner) {
             ("type", None) | ("types", Some(_)) => types.push(param.value.to_owned()),
-            _ => return Ok(false),
+            _ => return created.take(param),
         }
         Ok(true)
     })?;
@@ -47,8 +48,8 @@ async fn list(State(sim): State<Simulator>, uri: Uri, headers: HeaderMap) -> Res
     let events = state.accounts.get(&api_key).map(|account| account.events.as_slice()).unwrap_or_default();
     // `type` takes `*` as a wildcard for one segment or the rest: `payment_intent.*`.
     let matches = |kind: &str| types.is_empty() || types.iter().any(|wanted| type_matches(wanted, kind));
-    let items =
-        events.iter().rev().filter(|event| matches(event.kind)).map(|event| (event.id.clone(), event)).collect();
+    let wanted = events.iter().rev().filter(|event| matches(event.kind) && created.contains(event.created));
+    let items = wanted.map(|event| (event.id.clone(), event)).collect();
     Ok(SavedResponse::ok(&page.list(items, "/v1/events"), "list").respond(false))
 }
 

@@ -35,3 +35,27 @@ pub(crate) struct Event {
     #[serde(rename = "type")]
     pub kind: &'static str,
 }
+
+impl Event {
+    /// An event of type `kind` about `object` (a snapshot), rendered in `api_version`.
+    pub fn new(
+        kind: &'static str,
+        api_version: &'static str,
+        object: serde_json::Value,
+        previous_attributes: Option<serde_json::Value>,
+        pending_webhooks: usize,
+        request: EventRequest,
+    ) -> Self {
+        Self {
+            id: super::new_id("evt"),
+            object: "event",
+            api_version,
+            created: super::now(),
+            data: EventData { object, previous_attributes },
+            livemode: false,
+            pending_webhooks: i64::try_from(pending_webhooks).unwrap_or(i64::MAX),
+            request,
+            kind,
+        }
+    }
+}

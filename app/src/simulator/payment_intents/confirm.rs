@@ -18,10 +18,8 @@ use crate::simulator::error::{ApiError, ErrorObject, ErrorType};
 use crate::simulator::events::emit;
 use crate::simulator::execution::Ctx;
 use crate::simulator::ledger;
-use crate::simulator::objects::{
-    Charge, ChargeStatus, EventRequest, PaymentIntent, Status, new_id, now, random_alphanumeric,
-};
-use crate::simulator::payment_methods::{self, CardBehaviour, Decline};
+use crate::simulator::objects::{Charge, ChargeStatus, EventRequest, PaymentIntent, PaymentMethod, Status, new_id};
+use crate::simulator::payment_methods::{self, CardBehaviour, Decline, TestPaymentMethod};
 use crate::simulator::response::{SavedResponse, to_value};
 use crate::simulator::state::{Account, State};
 
@@ -30,37 +28,36 @@ use crate::simulator::state::{Account, State};
 pub(super) fn create(state: &mut State, ctx: &Ctx, params: &CreateParams, base_url: &str) -> SavedResponse {
     // Looking up the payment method is part of execution on Stripe, so "No such PaymentMethod"
     // is saved and replayed like any other result of the call.
-    let behaviour = match params.payment_method.as_deref() {
+    let method = match params.payment_method.as_deref() {
         None => None,
         Some(id) => match payment_methods::lookup(id) {
-            Some(behaviour) => Some((id, behaviour)),
-            None => return ApiError::resource_missing("PaymentMethod", id, "payment_method").saved(),
+            Some(method) => Some((id, method)),
+            None => return ApiError::resource_missing("PaymentMethod", id, "payment_method").saved(ctx.request_id()),
         },
     };
-    if let Some((_, behaviour)) = behaviour
+    if let Some((_, method)) = method
         && params.confirm
-        && !params.payment_method_types.iter().any(|kind| kind == behaviour.payment_method_type())
+        && !params.payment_method_types.iter().any(|kind| kind == method.instrument.kind())
     {
+        let kind = method.instrument.kind();
         return ApiError::invalid_request(format!(
-            "The PaymentMethod provided ({}) is not allowed for this PaymentIntent. Please attach a \
+            "The PaymentMethod provided ({kind}) is not allowed for this PaymentIntent. Please attach a \
              PaymentMethod of one of the following types: {}. Alternatively update the allowed \
-             payment_method_types for this PaymentIntent to include \"{}\".",
-            behaviour.payment_method_type(),
+             payment_method_types for this PaymentIntent to include \"{kind}\".",
             params.payment_method_types.join(", "),
-            behaviour.payment_method_type(),
         ))
         .code("payment_intent_incompatible_payment_method")
         .param("payment_method")
-        .saved();
+        .saved(ctx.request_id());
     }
 
-    let mut intent = new_intent(params, ctx);
+    let mut intent = PaymentIntent::new(params.draft(ctx.idempotency_key.clone()));
     let id = intent.id.clone();
     emit(state, &ctx.api_key, "payment_intent.created", to_value(&intent), None, &ctx.request);
-    let declined = match behaviour {
-        Some((payment_method, behaviour)) if params.confirm => {
+    let declined = match method {
+        Some((payment_method, method)) if params.confirm => {
             intent.confirmed_with = Some(payment_method.to_owned());
-            confirm(state, ctx, &mut intent, payment_method, behaviour, params, base_url)
+            confirm(state, ctx, &mut intent, payment_method, method, params, base_url)
         }
         _ => None,
     };
@@ -70,48 +67,13 @@ pub(super) fn create(state: &mut State, ctx: &Ctx, params: &CreateParams, base_u
     let account = state.account(&ctx.api_key);
     let rendered = render(account, &account.payment_intents[&id], params.expand_latest_charge);
     match declined {
-        Some(error) => ApiError::card_error(ErrorObject { payment_intent: Some(rendered), ..error }).saved(),
+        Some(error) => {
+            ApiError::card_error(ErrorObject { payment_intent: Some(rendered), ..error }).saved(ctx.request_id())
+        }
         None => {
             let status = account.payment_intents[&id].status;
             SavedResponse::ok(&rendered, status.as_str())
         }
-    }
-}
-
-fn new_intent(params: &CreateParams, ctx: &Ctx) -> PaymentIntent {
-    let id = new_id("pi");
-    let status = match params.payment_method {
-        Some(_) => Status::RequiresConfirmation,
-        None => Status::RequiresPaymentMethod,
-    };
-    PaymentIntent {
-        client_secret: format!("{id}_secret_{}", random_alphanumeric(25)),
-        id,
-        object: "payment_intent",
-        amount: params.amount,
-        amount_capturable: 0,
-        amount_received: 0,
-        automatic_payment_methods: params.automatic_payment_methods.clone(),
-        canceled_at: None,
-        cancellation_reason: None,
-        capture_method: params.capture_method,
-        confirmation_method: "automatic",
-        created: now(),
-        currency: params.currency.clone(),
-        customer: None,
-        description: params.description.clone(),
-        last_payment_error: None,
-        latest_charge: None,
-        livemode: false,
-        metadata: params.metadata.clone(),
-        next_action: None,
-        payment_method: params.payment_method.clone(),
-        payment_method_types: params.payment_method_types.clone(),
-        receipt_email: None,
-        setup_future_usage: None,
-        status,
-        created_with_key: ctx.idempotency_key.clone(),
-        confirmed_with: None,
     }
 }
 
@@ -121,20 +83,21 @@ fn confirm(
     ctx: &Ctx,
     intent: &mut PaymentIntent,
     payment_method: &str,
-    behaviour: CardBehaviour,
+    method: TestPaymentMethod,
     params: &CreateParams,
     base_url: &str,
 ) -> Option<ErrorObject> {
-    match behaviour {
+    let instrument = method.instrument;
+    match method.behaviour {
         CardBehaviour::Succeeds => {
-            let charge = Charge::new(new_id("ch"), intent, payment_method, ChargeStatus::Succeeded, now());
+            let charge = Charge::new(intent, payment_method, instrument, ChargeStatus::Succeeded, false);
             charge_succeeded(state, &ctx.api_key, intent, charge, &ctx.request);
             None
         }
         CardBehaviour::Declines(decline) => {
-            let mut charge = Charge::new(new_id("ch"), intent, payment_method, ChargeStatus::Failed, now());
-            charge.fail(decline.code, decline.message);
-            let error = decline_error(decline, &charge.id);
+            let mut charge = Charge::new(intent, payment_method, instrument, ChargeStatus::Failed, false);
+            charge.fail(decline.code, decline.decline_code, decline.message);
+            let error = decline_error(decline, &charge);
             charge_failed(state, &ctx.api_key, intent, charge, error.clone(), &ctx.request);
             Some(error)
         }
@@ -145,7 +108,7 @@ fn confirm(
             None
         }
         CardBehaviour::BankDebit(failure) => {
-            let charge = Charge::new(new_id("ch"), intent, payment_method, ChargeStatus::Pending, now());
+            let charge = Charge::new(intent, payment_method, instrument, ChargeStatus::Pending, false);
             intent.status = Status::Processing;
             intent.latest_charge = Some(charge.id.clone());
             emit(state, &ctx.api_key, "charge.pending", to_value(&charge), None, &ctx.request);
@@ -173,8 +136,8 @@ fn settle(state: &mut State, api_key: &str, id: &str, failure: Option<Decline>) 
                 charge_succeeded(state, api_key, &mut intent, charge, &asynchronous);
             }
             Some(failure) => {
-                charge.fail(failure.code, failure.message);
-                let error = decline_error(failure, &charge.id);
+                charge.fail(failure.code, failure.decline_code, failure.message);
+                let error = decline_error(failure, &charge);
                 charge_failed(state, api_key, &mut intent, charge, error, &asynchronous);
             }
         }
@@ -201,22 +164,19 @@ pub(crate) fn authenticate(state: &mut State, id: &str, succeed: bool) -> Result
     })?;
     let asynchronous = EventRequest::default();
     let payment_method = intent.confirmed_with.clone().unwrap_or_default();
+    // Only a test card that asks for 3-D Secure gets here.
+    let instrument = payment_methods::lookup(&payment_method).expect("a known test payment method").instrument;
     if succeed {
-        let charge = Charge::new(new_id("ch"), &intent, &payment_method, ChargeStatus::Succeeded, now());
+        let charge = Charge::new(&intent, &payment_method, instrument, ChargeStatus::Succeeded, true);
         charge_succeeded(state, &api_key, &mut intent, charge, &asynchronous);
     } else {
         // Authentication fails before any charge is attempted.
+        let message = "The provided PaymentMethod has failed authentication. You can provide \
+                       payment_method_data or a new PaymentMethod to attempt to fulfill this \
+                       PaymentIntent again.";
         let error = ErrorObject {
-            kind: ErrorType::InvalidRequest,
-            code: Some("payment_intent_authentication_failure"),
-            decline_code: None,
-            message: "The provided PaymentMethod has failed authentication. You can provide \
-                      payment_method_data or a new PaymentMethod to attempt to fulfill this \
-                      PaymentIntent again."
-                .to_owned(),
-            param: None,
-            charge: None,
-            payment_intent: None,
+            payment_method: Some(to_value(&PaymentMethod::new(&payment_method, instrument, intent.created))),
+            ..ErrorObject::new(ErrorType::InvalidRequest, message).with_code("payment_intent_authentication_failure")
         };
         intent.fail(None, error);
         emit(state, &api_key, "payment_intent.payment_failed", to_value(&intent), None, &asynchronous);
@@ -252,7 +212,7 @@ fn charge_succeeded(
         amount: intent.amount,
         amount_refunded: 0,
         currency: intent.currency.clone(),
-        payment_method: charge.payment_method.clone().unwrap_or_default(),
+        payment_method: charge.payment_method.clone(),
         metadata: intent.metadata.clone(),
         created: charge.created,
     });
@@ -276,16 +236,18 @@ fn charge_failed(
     state.account(api_key).charges.insert(charge.id.clone(), charge);
 }
 
-fn decline_error(decline: Decline, charge: &str) -> ErrorObject {
+/// The card error (or the bank's return) of a failed charge: Stripe's codes, the charge, and
+/// the PaymentMethod that failed.
+fn decline_error(decline: Decline, charge: &Charge) -> ErrorObject {
+    let payment_method = PaymentMethod::new(&charge.payment_method, charge.instrument, charge.created);
     ErrorObject {
-        kind: ErrorType::Card,
-        code: Some(decline.code),
+        advice_code: charge.outcome.advice_code,
+        charge: Some(charge.id.clone()),
         decline_code: Some(decline.decline_code),
-        message: decline.message.to_owned(),
         // Stripe points an expired card at the field the customer has to fix.
         param: (decline.code == "expired_card").then(|| "exp_month".to_owned()),
-        charge: Some(charge.to_owned()),
-        payment_intent: None,
+        payment_method: Some(to_value(&payment_method)),
+        ..ErrorObject::new(ErrorType::Card, decline.message).with_code(decline.code)
     }
 }
 

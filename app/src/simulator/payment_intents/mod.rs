@@ -1,10 +1,11 @@
 //! The PaymentIntent routes: `POST /v1/payment_intents` (create, and confirm), `GET
-//! /v1/payment_intents/{id}` (the current state) and `GET /v1/payment_intents/search`.
+//! /v1/payment_intents/{id}` (the current state), `GET /v1/payment_intents` (the list) and `GET
+//! /v1/payment_intents/search`.
 //!
 //! ```text
 //! params.rs   the create call's parameters, the return_url rule
 //! confirm.rs  what a confirmation does per payment method; settling, authenticating
-//! search.rs   the search query language subset
+//! search.rs   Stripe's search query language, over the PaymentIntent's search fields
 //! ```
 
 mod confirm;
@@ -18,7 +19,7 @@ use axum::extract::{Extension, Path, State};
 use axum::http::header::HOST;
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::get;
 
 pub(crate) use confirm::authenticate;
 use params::CreateParams;
@@ -27,8 +28,8 @@ use search::Query;
 use crate::simulator::error::ApiError;
 use crate::simulator::execution;
 use crate::simulator::faults::Operation;
-use crate::simulator::form::{Form, is_list_index, parse_limit};
-use crate::simulator::http::{Caller, RequestId, api_key, legacy_api_version, require_form_encoding};
+use crate::simulator::form::{Form, is_list_index, non_empty, parse_limit};
+use crate::simulator::http::{Caller, Created, Page, RequestId, api_key, legacy_api_version, require_form_encoding};
 use crate::simulator::objects::SearchResult;
 use crate::simulator::response::SavedResponse;
 use crate::simulator::state::{Simulator, State as SimState};
@@ -38,7 +39,7 @@ const SEARCH: &str = "/v1/payment_intents/search";
 
 pub(crate) fn router() -> Router<Simulator> {
     Router::new()
-        .route(PAYMENT_INTENTS, post(create))
+        .route(PAYMENT_INTENTS, get(list).post(create))
         .route(SEARCH, get(search))
         .route("/v1/payment_intents/{id}", get(retrieve))
 }
@@ -96,41 +97,72 @@ async fn retrieve(
     execution::read(&sim, payment_method, read).await
 }
 
+/// The PaymentIntents, newest first: `created`, `customer` (there are none: a customer filter
+/// finds nothing), pagination.
+async fn list(State(sim): State<Simulator>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
+    let api_key = api_key(&headers)?;
+    let (mut created, mut customer) = (Created::default(), None);
+    let supported = "created, customer, limit, starting_after, ending_before and expand";
+    let page = Page::parse(uri.query(), supported, |param| {
+        if param.name == "customer" && param.inner.is_none() {
+            customer = non_empty(param.value);
+            return Ok(true);
+        }
+        created.take(param)
+    })?;
+    let read = |state: &SimState| {
+        let account = state.accounts.get(&api_key);
+        let intents = account.into_iter().flat_map(|account| {
+            account.payment_intent_order.iter().rev().map(move |id| (account, &account.payment_intents[id]))
+        });
+        let items = intents
+            .filter(|(_, intent)| customer.is_none() && created.contains(intent.created))
+            .map(|(account, intent)| (intent.id.clone(), confirm::render(account, intent, false)))
+            .collect();
+        Ok(SavedResponse::ok(&page.list(items, PAYMENT_INTENTS), "list"))
+    };
+    execution::read(&sim, |_| None, read).await
+}
+
 /// Searches are answered from the current state at once (Stripe's index may lag up to a minute).
 async fn search(State(sim): State<Simulator>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
     let api_key = api_key(&headers)?;
-    let (mut query, mut limit, mut page) = (None, 10, None);
+    let (mut query, mut limit, mut page, mut total_count) = (None, 10, None, false);
     for param in Form::query(uri.query()).params()? {
         match (param.name, param.inner) {
             ("query", None) => query = Some(Query::parse(param.value)?),
             ("limit", None) => limit = parse_limit(param.key, param.value, 100)?,
             ("page", None) => page = Some(param.value.to_owned()),
-            ("expand", inner) if is_list_index(inner) => {}
+            ("expand", inner) if is_list_index(inner) => total_count |= param.value == "total_count",
             _ => return Err(ApiError::parameter_unknown(param.key, "query, limit, page and expand")),
         }
     }
     let query = query.ok_or_else(|| ApiError::parameter_missing("query"))?;
     let read = |state: &SimState| {
         let Some(account) = state.accounts.get(&api_key) else {
-            return Ok(search_page(Vec::new(), false));
+            return Ok(search_page(Vec::new(), false, total_count.then_some(0)));
         };
         // Newest first, as Stripe orders search results; a page cursor is the last id shown.
-        let mut newest_first = account.payment_intent_order.iter().rev();
-        if let Some(page) = &page {
-            let after = page.strip_prefix("page_").filter(|after| account.payment_intents.contains_key(*after));
-            let after =
-                after.ok_or_else(|| ApiError::invalid_request(format!("Invalid page: {page}")).param("page"))?;
-            newest_first.by_ref().find(|id| id.as_str() == after);
-        }
-        let mut hits = newest_first.map(|id| &account.payment_intents[id]).filter(|intent| query.matches(intent));
+        let newest_first: Vec<_> =
+            account.payment_intent_order.iter().rev().map(|id| &account.payment_intents[id]).collect();
+        let start = match &page {
+            Some(page) => {
+                let after =
+                    page.strip_prefix("page_").and_then(|after| newest_first.iter().position(|pi| pi.id == after));
+                after.ok_or_else(|| ApiError::invalid_request(format!("Invalid page: {page}")).param("page"))? + 1
+            }
+            None => 0,
+        };
+        let mut hits = newest_first[start..].iter().filter(|intent| query.matches(intent));
         let data: Vec<_> = hits.by_ref().take(limit).map(|intent| confirm::render(account, intent, false)).collect();
-        Ok(search_page(data, hits.next().is_some()))
+        let has_more = hits.next().is_some();
+        let total = total_count.then(|| newest_first.iter().filter(|intent| query.matches(intent)).count());
+        Ok(search_page(data, has_more, total))
     };
     execution::read(&sim, |_| None, read).await
 }
 
-fn search_page(data: Vec<serde_json::Value>, has_more: bool) -> SavedResponse {
+fn search_page(data: Vec<serde_json::Value>, has_more: bool, total_count: Option<usize>) -> SavedResponse {
     let next_page = has_more.then(|| data.last().and_then(|last| last["id"].as_str()).map(|id| format!("page_{id}")));
-    let result = SearchResult { object: "search_result", data, has_more, next_page: next_page.flatten(), url: SEARCH };
-    SavedResponse::ok(&result, "search_result")
+    SavedResponse::ok(&SearchResult::new(data, next_page.flatten(), total_count, SEARCH), "search_result")
 }

@@ -6,7 +6,7 @@ use crate::simulator::error::ApiError;
 use crate::simulator::form::{
     Form, apply_metadata, invalid_enum, is_list_index, non_empty, parse_amount, parse_bool, parse_currency,
 };
-use crate::simulator::objects::AutomaticPaymentMethods;
+use crate::simulator::objects::{AutomaticPaymentMethods, Draft};
 
 /// What `parameter_unknown` lists as supported.
 const SUPPORTED: &str = "amount, currency, payment_method, confirm, description, metadata, capture_method, \
@@ -45,6 +45,8 @@ pub(crate) struct CreateParams {
     /// As rendered on the PaymentIntent: as sent, or what automatic payment methods offer, or
     /// `["card"]`.
     pub payment_method_types: Vec<String>,
+    /// They were sent under their newer name, `allowed_payment_method_types`.
+    pub allowed_name: bool,
     /// Where a redirect-based confirmation (3-D Secure) sends the customer back to.
     pub return_url: Option<String>,
     /// `expand[]=latest_charge`: render the charge object instead of its id.
@@ -68,6 +70,7 @@ impl CreateParams {
             capture_method: "automatic_async",
             automatic_payment_methods: None,
             payment_method_types: Vec::new(),
+            allowed_name: false,
             return_url: None,
             expand_latest_charge: false,
         };
@@ -87,6 +90,7 @@ impl CreateParams {
                 ("metadata", inner) => apply_metadata(&mut params.metadata, inner, value)?,
                 // `allowed_payment_method_types` is the newer API versions' name for the same list.
                 ("payment_method_types" | "allowed_payment_method_types", inner) if is_list_index(inner) => {
+                    params.allowed_name |= param.name == "allowed_payment_method_types";
                     if !value.is_empty() {
                         params.payment_method_types.push(value.to_owned());
                     }
@@ -148,6 +152,24 @@ impl CreateParams {
             return Err(ApiError::invalid_request(RETURN_URL_REQUIRED).param("return_url"));
         }
         Ok(params)
+    }
+}
+
+impl CreateParams {
+    /// The PaymentIntent these parameters make, for a create call with `idempotency_key`.
+    pub fn draft(&self, idempotency_key: Option<String>) -> Draft {
+        Draft {
+            amount: self.amount,
+            currency: self.currency.clone(),
+            description: self.description.clone(),
+            metadata: self.metadata.clone(),
+            payment_method: self.payment_method.clone(),
+            capture_method: self.capture_method,
+            automatic_payment_methods: self.automatic_payment_methods.clone(),
+            payment_method_types: self.payment_method_types.clone(),
+            allowed_payment_method_types: self.allowed_name,
+            created_with_key: idempotency_key,
+        }
     }
 }
 

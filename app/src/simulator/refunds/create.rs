@@ -14,8 +14,7 @@ use crate::simulator::error::ApiError;
 use crate::simulator::events::emit;
 use crate::simulator::execution::Ctx;
 use crate::simulator::ledger;
-use crate::simulator::objects::{EventRequest, Refund, RefundReason, Status, new_id, now, random_alphanumeric};
-use crate::simulator::payment_methods::{self, CardBehaviour};
+use crate::simulator::objects::{EventRequest, Refund, RefundReason, RefundStatus, Status, random_alphanumeric};
 use crate::simulator::response::{SavedResponse, to_value};
 use crate::simulator::state::State;
 
@@ -44,7 +43,7 @@ pub(super) fn payment_method(state: &State, api_key: &str, target: &Target) -> O
         Target::PaymentIntent(id) => account.charges.get(account.payment_intents.get(id)?.latest_charge.as_ref()?)?,
         Target::Charge(id) => account.charges.get(id)?,
     };
-    charge.payment_method.clone()
+    Some(charge.payment_method.clone())
 }
 
 pub(super) fn create(state: &mut State, ctx: &Ctx, params: &RefundParams) -> SavedResponse {
@@ -52,7 +51,7 @@ pub(super) fn create(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Sav
         Ok(refund) => SavedResponse::ok(&refund, "refund_succeeded"),
         // Refusals decided here are results of execution: saved and replayed for the key, as
         // Stripe does (a retry of a refund that found nothing left finds nothing left).
-        Err(error) => error.saved(),
+        Err(error) => error.saved(ctx.request_id()),
     }
 }
 
@@ -106,29 +105,8 @@ fn refund(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Result<Refund,
     charge.amount_refunded += amount;
     charge.refunded = charge.amount_refunded == charge.amount_captured;
     let charge = charge.clone();
-    let bank_debit = charge
-        .payment_method
-        .as_deref()
-        .and_then(payment_methods::lookup)
-        .is_some_and(|behaviour| matches!(behaviour, CardBehaviour::BankDebit(_)));
-    let refund = Refund {
-        id: new_id("re"),
-        object: "refund",
-        amount,
-        balance_transaction: None,
-        charge: charge.id.clone(),
-        created: now(),
-        currency: charge.currency.clone(),
-        destination_details: None,
-        metadata: params.metadata.clone(),
-        payment_intent: charge.payment_intent.clone(),
-        reason: params.reason,
-        receipt_number: None,
-        source_transfer_reversal: None,
-        status: if bank_debit { "pending" } else { "succeeded" },
-        failure_reason: None,
-        transfer_reversal: None,
-    };
+    let refund = Refund::new(&charge, amount, params.reason, params.metadata.clone());
+    let bank_debit = refund.status == RefundStatus::Pending;
     account.refund_order.push(refund.id.clone());
     account.refunds.insert(refund.id.clone(), refund.clone());
     let entry = ledger::Refund {
@@ -138,7 +116,7 @@ fn refund(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Result<Refund,
         idempotency_key: ctx.idempotency_key.clone(),
         amount,
         currency: refund.currency.clone(),
-        reason: refund.reason.map(|reason| to_value(&reason).as_str().unwrap_or_default().to_owned()),
+        reason: refund.reason.map(|reason| reason.as_str().to_owned()),
         metadata: refund.metadata.clone(),
         created: refund.created,
     };
@@ -176,13 +154,18 @@ pub(crate) fn settle(state: &mut State, id: &str, succeed: bool) -> Result<Refun
 fn settle_in(state: &mut State, api_key: &str, id: &str, succeed: bool) -> Result<Refund, ApiError> {
     let account = state.account(api_key);
     let refund = account.refunds.get_mut(id).ok_or_else(|| ApiError::not_found("refund", id, "id"))?;
-    if refund.status != "pending" {
-        return Err(ApiError::invalid_request(format!("This refund is not pending: its status is {}.", refund.status)));
+    if refund.status != RefundStatus::Pending {
+        let status = to_value(&refund.status);
+        let status = status.as_str().unwrap_or_default();
+        return Err(ApiError::invalid_request(format!("This refund is not pending: its status is {status}.")));
     }
     let entry = account.pending_refunds.remove(id);
-    let previous = json!({"status": "pending"});
+    // What changed, as it was (a property that was absent, as `null`).
+    let mut previous = json!({"status": "pending", "pending_reason": refund.pending_reason});
     if succeed {
-        refund.status = "succeeded";
+        previous["destination_details"] = to_value(&refund.destination_details);
+        refund.settle(true);
+        refund.destination_details.arrive(random_alphanumeric(16));
         let refund = refund.clone();
         if let Some(entry) = entry {
             state.ledger.record_refund(entry);
@@ -190,8 +173,8 @@ fn settle_in(state: &mut State, api_key: &str, id: &str, succeed: bool) -> Resul
         emit(state, api_key, "refund.updated", to_value(&refund), Some(previous), &EventRequest::default());
         return Ok(refund);
     }
-    refund.status = "failed";
-    refund.failure_reason = Some("declined");
+    previous["failure_reason"] = serde_json::Value::Null;
+    refund.settle(false);
     let refund = refund.clone();
     if let Some(charge) = account.charges.get_mut(&refund.charge) {
         charge.amount_refunded -= refund.amount;
@@ -206,17 +189,9 @@ fn reference_arrives(state: &mut State, api_key: &str, id: &str) {
     let Some(refund) = state.accounts.get_mut(api_key).and_then(|account| account.refunds.get_mut(id)) else {
         return;
     };
-    refund.destination_details = Some(json!({
-        "type": "card",
-        "card": {
-            "reference": random_alphanumeric(23),
-            "reference_status": "available",
-            "reference_type": "acquirer_reference_number",
-            "type": "refund",
-        },
-    }));
+    let previous = json!({"destination_details": to_value(&refund.destination_details)});
+    refund.destination_details.arrive(random_alphanumeric(23));
     let snapshot = to_value(&*refund);
-    let previous = json!({"destination_details": null});
     emit(state, api_key, "refund.updated", snapshot, Some(previous), &EventRequest::default());
 }
 

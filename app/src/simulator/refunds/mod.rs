@@ -22,7 +22,7 @@ use crate::simulator::error::ApiError;
 use crate::simulator::execution;
 use crate::simulator::faults::Operation;
 use crate::simulator::form::{Form, apply_metadata, invalid_enum, is_list_index, non_empty, parse_amount};
-use crate::simulator::http::{Caller, Page, RequestId, api_key, require_form_encoding};
+use crate::simulator::http::{Caller, Created, Page, RequestId, api_key, require_form_encoding};
 use crate::simulator::objects::RefundReason;
 use crate::simulator::response::SavedResponse;
 use crate::simulator::state::{Simulator, State as SimState};
@@ -123,13 +123,13 @@ async fn retrieve(
 
 async fn list(State(sim): State<Simulator>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
     let api_key = api_key(&headers)?;
-    let (mut payment_intent, mut charge) = (None, None);
-    let supported = "payment_intent, charge, limit, starting_after, ending_before and expand";
+    let (mut payment_intent, mut charge, mut created) = (None, None, Created::default());
+    let supported = "payment_intent, charge, created, limit, starting_after, ending_before and expand";
     let page = Page::parse(uri.query(), supported, |param| {
         match (param.name, param.inner) {
             ("payment_intent", None) => payment_intent = non_empty(param.value),
             ("charge", None) => charge = non_empty(param.value),
-            _ => return Ok(false),
+            _ => return created.take(param),
         }
         Ok(true)
     })?;
@@ -141,6 +141,7 @@ async fn list(State(sim): State<Simulator>, uri: Uri, headers: HeaderMap) -> Res
         let wanted = refunds.filter(|refund| {
             payment_intent.as_ref().is_none_or(|wanted| &refund.payment_intent == wanted)
                 && charge.as_ref().is_none_or(|wanted| &refund.charge == wanted)
+                && created.contains(refund.created)
         });
         let items = wanted.map(|refund| (refund.id.clone(), refund)).collect();
         Ok(SavedResponse::ok(&page.list(items, REFUNDS), "list"))

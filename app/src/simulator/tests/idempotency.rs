@@ -28,6 +28,37 @@ async fn replay_returns_the_saved_payment_intent_without_charging_again() {
     assert_eq!(sim.sim().charges().len(), 1);
 }
 
+/// Every answer names its request (`Request-Id`) and API version (`Stripe-Version`: the
+/// request's, else the one async-stripe pins); a POST's echoes its `Idempotency-Key`; a saved
+/// result names the request that executed (`Original-Request`), on the first answer and on
+/// every replay, as Stripe's do.
+#[tokio::test]
+async fn answers_carry_stripes_headers() {
+    let sim = TestSim::start().await;
+
+    let first = sim.post_form(Some("order-1"), PAYMENT_FORM).await;
+    let replay = sim.post_form(Some("order-1"), PAYMENT_FORM).await;
+
+    let request_id = first.header("request-id").to_owned();
+    assert!(request_id.starts_with("req_"), "{request_id}");
+    assert_eq!(first.header("stripe-version"), stripe_shared::version::VERSION.as_str());
+    assert_eq!((first.header("idempotency-key"), first.header("original-request")), ("order-1", request_id.as_str()));
+    assert!(replay.replayed);
+    assert_ne!(replay.header("request-id"), request_id, "each request has its own id");
+    assert_eq!(replay.header("original-request"), request_id, "the replay names the request that executed");
+
+    let older = sim
+        .request(reqwest::Method::GET, "v1/events")
+        .bearer_auth(super::API_KEY)
+        .header("Stripe-Version", "2023-08-16");
+    let older = super::Response::send(older).await;
+    assert_eq!((older.status, older.header("stripe-version")), (200, "2023-08-16"));
+    assert_eq!(older.header("idempotency-key"), "", "only a POST's key is echoed");
+    let unsaved = sim.post_form(Some("invalid"), &[("amount", "1")]).await;
+    assert_eq!((unsaved.status, unsaved.header("idempotency-key")), (400, "invalid"));
+    assert_eq!(unsaved.header("original-request"), "", "a refusal before execution is not saved for the key");
+}
+
 /// A decline is a result of execution: it is saved and replayed, not retried against the card.
 #[tokio::test]
 async fn declines_are_saved_and_replayed() {

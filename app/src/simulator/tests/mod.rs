@@ -229,6 +229,7 @@ struct Response {
     status: u16,
     replayed: bool,
     should_retry: Option<String>,
+    headers: reqwest::header::HeaderMap,
     body: Value,
 }
 
@@ -240,8 +241,14 @@ impl Response {
         let header = |name: &str| response.headers().get(name).and_then(|value| value.to_str().ok()).map(str::to_owned);
         let replayed = header("idempotent-replayed").as_deref() == Some("true");
         let should_retry = header("stripe-should-retry");
+        let headers = response.headers().clone();
         let body = response.json().await.unwrap_or(Value::Null);
-        Self { status, replayed, should_retry, body }
+        Self { status, replayed, should_retry, headers, body }
+    }
+
+    /// A response header, as text (`""` when absent).
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|value| value.to_str().ok()).unwrap_or_default()
     }
 }
 

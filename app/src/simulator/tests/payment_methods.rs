@@ -6,6 +6,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use stripe::ApiErrorsType;
 use stripe_core::PaymentIntentStatus;
+use stripe_core::charge::RetrieveCharge;
 use stripe_core::payment_intent::{CreatePaymentIntent, RetrievePaymentIntent};
 use stripe_types::Currency;
 
@@ -118,6 +119,10 @@ async fn three_d_secure_waits_for_the_customer_then_succeeds() {
     let charges = sim.sim().charges();
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0].idempotency_key.as_deref(), Some("3ds-1"));
+    let charge = RetrieveCharge::new(charges[0].charge.as_str()).send(&sim.stripe()).await.expect("the charge");
+    let card = charge.payment_method_details.and_then(|details| details.card).expect("a card");
+    let three_d_secure = card.three_d_secure.expect("the charge says how the customer authenticated");
+    assert_eq!(three_d_secure.result, Some(stripe_shared::ThreeDSecureDetailsChargeResult::Authenticated));
     let again = Response::send(sim.request(Method::POST, &path).json(&json!({"outcome": "succeed"}))).await;
     assert_eq!(again.status, 400, "only a PaymentIntent awaiting authentication can authenticate");
     assert_eq!(sim.sim().charges().len(), 1);
@@ -137,6 +142,7 @@ async fn three_d_secure_failure_asks_for_another_payment_method() {
 
     assert_eq!(answer.body["status"], "requires_payment_method");
     assert_eq!(answer.body["last_payment_error"]["code"], "payment_intent_authentication_failure");
+    assert_eq!(answer.body["last_payment_error"]["payment_method"]["card"]["last4"], "3220");
     assert_eq!(status_of(&sim, intent.id.as_str()).await, PaymentIntentStatus::RequiresPaymentMethod);
     assert!(sim.sim().charges().is_empty());
     let events = events_about(&sim, intent.id.as_str()).await;

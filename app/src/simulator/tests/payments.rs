@@ -5,8 +5,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use reqwest::Method;
 use stripe::{ApiErrorsCode, ApiErrorsType};
 use stripe_core::PaymentIntentStatus;
-use stripe_core::payment_intent::{CreatePaymentIntent, RetrievePaymentIntent};
-use stripe_types::Currency;
+use stripe_core::charge::RetrieveCharge;
+use stripe_core::payment_intent::{CreatePaymentIntent, ListPaymentIntent, RetrievePaymentIntent};
+use stripe_types::{Currency, RangeQueryTs};
 
 use super::{API_KEY, Response, TestSim, payment, send, stripe_error};
 use crate::simulator::start;
@@ -86,6 +87,73 @@ async fn declines_are_402_card_errors_with_the_payment_intent() {
     assert_eq!(stripe_error(generic, 402).decline_code.as_deref(), Some("generic_decline"));
 
     assert!(sim.sim().charges().is_empty(), "a decline is not a charge");
+}
+
+/// A decline carries what Stripe's does: its `doc_url`, the request's `request_log_url`, the
+/// declined PaymentMethod (the test card's brand and last digits), the charge; and the charge
+/// says why (`outcome`) and what was charged (`payment_method_details`). Radar blocks the
+/// fraudulent test card before the network; a lost card is not to be tried again.
+#[tokio::test]
+async fn a_decline_carries_its_payment_method_charge_and_outcome() {
+    let sim = TestSim::start().await;
+    let client = sim.stripe();
+
+    let error = stripe_error(sim.pay("pm_card_chargeDeclinedInsufficientFunds", "k1").await, 402);
+    assert_eq!(error.doc_url.as_deref(), Some("https://stripe.com/docs/error-codes/card-declined"));
+    assert!(error.request_log_url.as_deref().is_some_and(|url| url.contains("/logs/req_")), "{error:?}");
+    let method = error.payment_method.expect("the declined PaymentMethod");
+    assert_eq!(method.id.as_str(), "pm_card_chargeDeclinedInsufficientFunds");
+    let card = method.card.expect("a card");
+    assert_eq!((card.brand.as_str(), card.last4.as_str(), card.funding.as_str()), ("visa", "9995", "credit"));
+    let charge = RetrieveCharge::new(error.charge.expect("the failed charge")).send(&client).await.expect("charge");
+    let outcome = charge.outcome.expect("an outcome");
+    assert_eq!((outcome.type_.as_str(), outcome.reason.as_deref()), ("issuer_declined", Some("insufficient_funds")));
+    assert_eq!(outcome.network_status.as_deref(), Some("declined_by_network"));
+    let details = charge.payment_method_details.expect("what was charged");
+    assert_eq!(details.card.expect("a card").last4.as_deref(), Some("9995"));
+
+    let blocked = stripe_error(sim.pay("pm_card_chargeDeclinedFraudulent", "k2").await, 402);
+    let charge = RetrieveCharge::new(blocked.charge.expect("a charge")).send(&client).await.expect("charge");
+    let outcome = charge.outcome.expect("an outcome");
+    assert_eq!((outcome.type_.as_str(), outcome.risk_level.as_deref()), ("blocked", Some("highest")));
+    let lost = stripe_error(sim.pay("pm_card_chargeDeclinedLostCard", "k3").await, 402);
+    assert_eq!(lost.advice_code.as_deref(), Some("do_not_try_again"));
+
+    let paid = sim.pay("pm_card_amex", "k4").await.expect("paid");
+    let charge = RetrieveCharge::new(paid.latest_charge.expect("a charge").id().clone()).send(&client).await;
+    let charge = charge.expect("charge");
+    assert_eq!(charge.outcome.expect("an outcome").type_, "authorized");
+    let card = charge.payment_method_details.and_then(|details| details.card).expect("a card");
+    assert_eq!((card.brand.as_deref(), card.last4.as_deref()), (Some("amex"), Some("0005")));
+}
+
+/// `GET /v1/payment_intents`: newest first, a page at a time, filtered by creation time.
+#[tokio::test]
+async fn payment_intents_are_listed_newest_first() {
+    let sim = TestSim::start().await;
+    let client = sim.stripe();
+    let mut ids = Vec::new();
+    for key in ["a", "b", "c"] {
+        ids.push(sim.pay("pm_card_visa", key).await.expect("paid").id);
+    }
+
+    let first = ListPaymentIntent::new().limit(2).send(&client).await.expect("listed");
+    let shown: Vec<_> = first.data.iter().map(|intent| intent.id.clone()).collect();
+    assert_eq!(shown, [ids[2].clone(), ids[1].clone()]);
+    assert!(first.has_more);
+    assert_eq!(first.url, "/v1/payment_intents");
+    let rest = ListPaymentIntent::new().starting_after(ids[1].as_str()).send(&client).await.expect("listed");
+    assert_eq!(rest.data.iter().map(|intent| intent.id.clone()).collect::<Vec<_>>(), [ids[0].clone()]);
+    assert!(!rest.has_more);
+    let created = first.data[0].created;
+    let later = ListPaymentIntent::new().created(RangeQueryTs::gt(created)).send(&client).await.expect("listed");
+    assert!(later.data.is_empty(), "nothing was created after the newest");
+    let since = ListPaymentIntent::new().created(RangeQueryTs::gte(created - 60)).send(&client).await;
+    assert_eq!(since.expect("listed").data.len(), 3);
+    let customers = ListPaymentIntent::new().customer("cus_1").send(&client).await.expect("listed");
+    assert!(customers.data.is_empty(), "the simulator has no customers");
+    let other = ListPaymentIntent::new().send(&sim.stripe_with_key("sk_test_other")).await.expect("listed");
+    assert!(other.data.is_empty(), "lists are scoped to the API key");
 }
 
 /// An id that is not one of Stripe's test payment methods does not exist.

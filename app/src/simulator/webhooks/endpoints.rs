@@ -19,7 +19,7 @@ use crate::simulator::error::ApiError;
 use crate::simulator::execution;
 use crate::simulator::form::{Form, apply_metadata, is_list_index, non_empty};
 use crate::simulator::http::{Caller, Page, RequestId, api_key, require_form_encoding};
-use crate::simulator::objects::{DeletedWebhookEndpoint, WebhookEndpoint, new_id, now, random_alphanumeric};
+use crate::simulator::objects::{DeletedWebhookEndpoint, EndpointDraft, WebhookEndpoint};
 use crate::simulator::response::SavedResponse;
 use crate::simulator::state::Simulator;
 
@@ -41,7 +41,7 @@ async fn create(
     let body = body?;
     require_form_encoding(&headers)?;
     let form = Form::parse(&body);
-    let endpoint = parse(&form)?;
+    let draft = parse(&form)?;
     // Idempotent like every Stripe POST; faults never touch it.
     execution::write(
         sim,
@@ -50,7 +50,7 @@ async fn create(
         (ENDPOINTS, form.canonical()),
         |_| None,
         move |state, ctx| {
-            let endpoint = WebhookEndpoint { id: new_id("we"), created: now(), ..endpoint };
+            let endpoint = WebhookEndpoint::new(draft);
             state.account(&ctx.api_key).webhook_endpoints.push(endpoint.clone());
             SavedResponse::ok(&endpoint, "webhook_endpoint_created")
         },
@@ -71,28 +71,22 @@ impl Simulator {
         if !secret.starts_with("whsec_") || secret.len() <= "whsec_".len() {
             return Err("the webhook secret must be whsec_ followed by the secret".to_owned());
         }
-        let endpoint = WebhookEndpoint {
-            id: new_id("we"),
-            object: "webhook_endpoint",
-            api_version: None,
-            application: None,
-            created: now(),
-            description: Some("registered at startup".to_owned()),
-            enabled_events: vec!["*".to_owned()],
-            livemode: false,
-            metadata: BTreeMap::new(),
-            secret: Some(secret.to_owned()),
-            status: "enabled",
+        let endpoint = WebhookEndpoint::new(EndpointDraft {
             url: url.to_owned(),
-        };
+            enabled_events: vec!["*".to_owned()],
+            description: Some("registered at startup".to_owned()),
+            metadata: BTreeMap::new(),
+            api_version: None,
+            secret: Some(secret.to_owned()),
+        });
         let id = endpoint.id.clone();
         self.state().account(api_key).webhook_endpoints.push(endpoint);
         Ok(id)
     }
 }
 
-/// The endpoint a create call describes (its id and time are given at execution).
-fn parse(form: &Form) -> Result<WebhookEndpoint, ApiError> {
+/// The endpoint a create call describes (its id, time and secret are given at execution).
+fn parse(form: &Form) -> Result<EndpointDraft, ApiError> {
     let (mut url, mut description, mut api_version) = (None, None, None);
     let mut enabled_events = Vec::new();
     let mut metadata = BTreeMap::new();
@@ -133,20 +127,7 @@ fn parse(form: &Form) -> Result<WebhookEndpoint, ApiError> {
     if enabled_events.is_empty() {
         return Err(ApiError::parameter_missing("enabled_events"));
     }
-    Ok(WebhookEndpoint {
-        id: String::new(),
-        object: "webhook_endpoint",
-        api_version,
-        application: None,
-        created: 0,
-        description,
-        enabled_events,
-        livemode: false,
-        metadata,
-        secret: Some(format!("whsec_{}", random_alphanumeric(32))),
-        status: "enabled",
-        url,
-    })
+    Ok(EndpointDraft { url, enabled_events, description, metadata, api_version, secret: None })
 }
 
 async fn retrieve(
@@ -187,6 +168,6 @@ async fn delete(
     let position = endpoints.iter().position(|endpoint| endpoint.id == id);
     let position = position.ok_or_else(|| ApiError::not_found("webhook_endpoint", &id, "id"))?;
     endpoints.remove(position);
-    let deleted = DeletedWebhookEndpoint { id, object: "webhook_endpoint", deleted: true };
+    let deleted = DeletedWebhookEndpoint::new(id);
     Ok(SavedResponse::ok(&deleted, "webhook_endpoint_deleted").respond(false))
 }
