@@ -97,6 +97,15 @@ impl<'a> Delivery<'a> {
         })
     }
 
+    /// The payonce customer the event's object names in its metadata (`payonce_customer`, on
+    /// every PaymentIntent and refund payonce makes): the inbox records the event under it, so
+    /// that an event and its effect concern one customer's rows (one shard, were the tables
+    /// distributed by customer: docs/ha.md). `None` for an object that names none (a charge).
+    pub fn customer(&self) -> Option<Uuid> {
+        let id = self.raw_object["metadata"]["payonce_customer"].as_str()?;
+        crate::customers::CustomerId::parse(id).map(|customer| customer.0)
+    }
+
     /// The event's `created` as a time (the epoch if Stripe sent nonsense).
     pub fn created_at(&self) -> OffsetDateTime {
         OffsetDateTime::from_unix_timestamp(self.created).unwrap_or(OffsetDateTime::UNIX_EPOCH)
@@ -180,13 +189,15 @@ impl Inbox {
         let mut tx = engine.pool().begin().await?;
         let new = sqlx::query_scalar!(
             r#"
-            insert into webhook_events (id, type, created, effect) values ($1, $2, $3, 'ignored')
-            on conflict (id) do nothing
+            insert into webhook_events (id, type, created, effect, customer_id)
+            values ($1, $2, $3, 'ignored', $4)
+            on conflict (id, customer_id) do nothing
             returning id
             "#,
             id,
             kind,
             event.created_at(),
+            event.customer().unwrap_or_default(),
         )
         .fetch_optional(&mut *tx)
         .await?;
@@ -202,15 +213,15 @@ impl Inbox {
         let timeline = handled.timeline;
         sqlx::query!(
             r#"
-            update webhook_events set effect = $2, payment_id = $3, refund_id = $4, key_id = $5, customer_id = $6
-            where id = $1
+            update webhook_events set effect = $2, payment_id = $3, refund_id = $4, key_id = $5
+            where id = $1 and customer_id = $6
             "#,
             id,
             handled.effect.as_str(),
             handled.payment,
             handled.refund,
             timeline.map(|t| t.key_id),
-            timeline.map(|t| t.customer_id),
+            event.customer().unwrap_or_default(),
         )
         .execute(&mut *tx)
         .await?;

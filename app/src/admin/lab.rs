@@ -583,6 +583,7 @@ mod tests {
                 htmx: "",
                 refusal: None,
                 strategy: None,
+                replica: None,
             },
             id: Uuid::nil(),
             state: "finished".into(),

@@ -456,7 +456,11 @@ pub struct AuditedPayment {
 pub async fn payments_by_id(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<AuditedPayment>> {
     sqlx::query_as!(
         AuditedPayment,
-        "select id, status, idempotency_key_id as key_id from payments where id = any($1)",
+        r#"
+        select p.id, p.status, k.id as "key_id?"
+        from payments p left join idempotency_keys k on k.id = p.key_id and k.customer_id = p.customer_id
+        where p.id = any($1)
+        "#,
         ids,
     )
     .fetch_all(pool)

@@ -21,6 +21,14 @@ pub use api_key::ApiKey;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CustomerId(pub Uuid);
 
+impl CustomerId {
+    /// Reads `cus_` and 32 hex digits.
+    pub fn parse(s: &str) -> Option<Self> {
+        let hex = s.strip_prefix("cus_")?;
+        (hex.len() == 32).then(|| Uuid::try_parse(hex).ok().map(Self)).flatten()
+    }
+}
+
 impl std::fmt::Display for CustomerId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "cus_{}", self.0.simple())

@@ -199,10 +199,9 @@ async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPay
     let created_at = sqlx::query_scalar!(
         r#"
         with payment as (
-            insert into payments
-                (id, customer_id, idempotency_key_id, key_id, amount, currency, payment_method, description, metadata)
-            values ($1, $2, $3, $3, $4, $5, $6, $7, $8)
-            on conflict (id) do nothing
+            insert into payments (id, customer_id, key_id, amount, currency, payment_method, description, metadata)
+            values ($1, $2, $3, $4, $5, $6, $7, $8)
+            on conflict (id, customer_id) do nothing
             returning created_at
         ), event as (
             insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)

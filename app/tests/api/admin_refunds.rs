@@ -80,7 +80,7 @@ async fn send_form(
 
 /// The refunds table's rows, by their refund ids.
 async fn refund_rows(app: &TestApp) -> Vec<(String, i64, String)> {
-    sqlx::query_as("select 're_' || replace(id::text, '-', ''), amount, status from refunds order by id")
+    sqlx::query_as("select 're_' || replace(id::text, '-', ''), amount, status from refunds order by created_at, id")
         .fetch_all(&app.db)
         .await
         .unwrap()

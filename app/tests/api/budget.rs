@@ -167,8 +167,8 @@ async fn a_reclaim_resumes_from_the_recovery_point_it_took_over() {
              where id = $1 and lease_token = $2 and recovery_point = 'started'
              returning id, customer_id
          )
-         insert into payments (id, customer_id, idempotency_key_id, key_id, amount, currency, payment_method)
-         select $3, customer_id, id, id, 900, 'usd', 'pm_card_visa' from advanced",
+         insert into payments (id, customer_id, key_id, amount, currency, payment_method)
+         select $3, customer_id, id, 900, 'usd', 'pm_card_visa' from advanced",
     )
     .bind(key_id)
     .bind(token)

@@ -29,6 +29,7 @@ mod reconcile;
 mod recovery;
 mod refunds;
 mod refusals;
+mod schema;
 mod scoping;
 mod shop;
 mod sweeper;

@@ -224,9 +224,13 @@ async fn expired_keys_are_reaped_and_payments_survive() {
 
     assert_eq!(report.reaped, 1);
     assert_eq!(app.count("idempotency_keys").await, 0);
-    let link: Option<uuid::Uuid> =
-        sqlx::query_scalar("select idempotency_key_id from payments").fetch_one(&app.db).await.unwrap();
-    assert_eq!(link, None, "the payment survives, unlinked");
+    let link: Option<uuid::Uuid> = sqlx::query_scalar(
+        "select k.id from payments p left join idempotency_keys k on k.id = p.key_id and k.customer_id = p.customer_id",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(link, None, "the payment survives; its key is gone");
     let expired: i64 =
         sqlx::query_scalar("select count(*) from idempotency_events where key_id = $1 and kind = 'expired'")
             .bind(key_id)
