@@ -257,27 +257,41 @@ impl Gateway {
         outcome
     }
 
-    /// Looks for the refund of payonce's refund `refund` (`re_…`) among the PaymentIntent's
-    /// refunds, by payonce's metadata. `None` when there is none. A charge has few refunds: one
-    /// page of 100 holds them (a charge cannot be refunded in more parts than its cents, but a
-    /// payonce payment never is in that many).
+    /// Looks for payonce's refund `refund` (`re_…`) among the refunds of `payment_intent`, by
+    /// its metadata, reading **every page** of the list (newest first, `starting_after` the last
+    /// one seen, while `has_more`): `None` means the gateway holds no such refund at all, never
+    /// "not on the first page" (a payment may have any number of refunds). The list is read from
+    /// the charge itself, not a search index; a call the gateway still holds may yet appear, which
+    /// is for the caller's settle rule ([`crate::idempotency::Lease::believe_absence`]). A page
+    /// that cannot be read is an unknown answer: the caller asks again later.
     pub async fn find_refund(&self, payment_intent: &str, refund: &str) -> Option<RefundOutcome> {
         let started = Instant::now();
-        let body =
-            match self.call_refund(ListRefund::new().payment_intent(payment_intent).limit(100).build(), None).await {
+        let mut after: Option<String> = None;
+        let outcome = loop {
+            let mut request = ListRefund::new().payment_intent(payment_intent).limit(100);
+            if let Some(last) = &after {
+                request = request.starting_after(last.as_str());
+            }
+            let body = match self.call_refund(request.build(), None).await {
                 Ok(body) => body,
                 Err(outcome) => return Some(outcome),
             };
-        let list: List<Refund> = match parse(&body) {
-            Ok(list) => list,
-            Err(unreadable) => return Some(RefundOutcome::Unknown(unreadable)),
+            let page: List<Refund> = match parse(&body) {
+                Ok(page) => page,
+                Err(unreadable) => return Some(RefundOutcome::Unknown(unreadable)),
+            };
+            let found = page
+                .data
+                .iter()
+                .find(|r| r.metadata.as_ref().and_then(|m| m.get(REFUND_METADATA)).is_some_and(|id| id == refund));
+            if let Some(r) = found {
+                break Some(RefundOutcome::of_refund(r.id.as_str(), r.status.as_deref(), r.failure_reason.as_deref()));
+            }
+            match page.data.last() {
+                Some(last) if page.has_more => after = Some(last.id.as_str().to_owned()),
+                _ => break None,
+            }
         };
-        let found = list
-            .data
-            .iter()
-            .find(|r| r.metadata.as_ref().and_then(|m| m.get(REFUND_METADATA)).is_some_and(|id| id == refund));
-        let outcome =
-            found.map(|r| RefundOutcome::of_refund(r.id.as_str(), r.status.as_deref(), r.failure_reason.as_deref()));
         observe("find_refund", outcome.as_ref().map_or("none", RefundOutcome::label), started);
         outcome
     }

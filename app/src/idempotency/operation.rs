@@ -173,6 +173,55 @@ impl Engine {
     }
 }
 
+impl Lease {
+    /// Gives the key back after an attempt whose answer does not tell (a refusal, an unknown
+    /// outcome, an absence too early to believe), so the next attempt can start as soon as its
+    /// backoff allows. Returns how long that is. A key no longer ours was taken over:
+    /// [`ProcessError::LeaseLost`]. If the database cannot be reached, the lease simply runs
+    /// out, and the next attempt waits for that.
+    pub async fn give_back(&self, reason: &str, refused: Option<serde_json::Value>) -> Result<Duration, ProcessError> {
+        match self.release(reason, refused).await {
+            Ok(Some(retry_after)) => Ok(retry_after),
+            Ok(None) => Err(self.lost().into()),
+            Err(err) => {
+                tracing::warn!(key_id = %self.key_id, error = %err, "could not release the key");
+                Ok(self.engine().settings().lease)
+            }
+        }
+    }
+
+    /// A `reconciled` event on the key's timeline: what asking the gateway for the truth found
+    /// (the method, its answer), written before anything is done with it.
+    pub async fn reconciled(&self, detail: serde_json::Value) -> sqlx::Result<()> {
+        let event = super::Event {
+            key_id: self.key_id,
+            customer_id: self.customer_id,
+            kind: super::EventKind::Reconciled,
+            lease_token: Some(self.token),
+            detail,
+        };
+        super::events::write(self.engine().pool(), event).await
+    }
+
+    /// The gateway has nothing of this key's work: a search by metadata, or a list, found none.
+    /// That absence is believed only once every create call this key could have sent is older
+    /// than the settle delay ([`Lease::search_settled`]: the horizon, after which none is sent,
+    /// plus `PAYONCE_SEARCH_SETTLE_SECS`), for a search index to catch up *and* for a call the
+    /// gateway held to have executed. Then `Ok`: the caller records the work as never done.
+    /// Before, the key is given back, to be asked again: [`ProcessError::Unconfirmed`]. Either
+    /// way a `reconciled` event says what was asked and whether the answer was believed. One rule
+    /// for every operation (payments search, refunds list).
+    pub async fn believe_absence(&self, method: &str) -> Result<(), ProcessError> {
+        let settled = self.search_settled();
+        self.reconciled(serde_json::json!({"method": method, "answer": "none", "believed": settled})).await?;
+        if settled {
+            return Ok(());
+        }
+        let retry_after = self.give_back(&format!("the gateway's {method} found nothing yet"), None).await?;
+        Err(ProcessError::Unconfirmed { retry_after })
+    }
+}
+
 impl Engine {
     /// The operation's first write, at the first generation of the request whose resource does
     /// not exist yet ([`super::identity`]): never [`Begun::Taken`].

@@ -153,27 +153,13 @@ pub(super) async fn conclude(
             Ok(response)
         }
         Outcome::Refused(refusal) => {
-            let retry_after = release(lease, refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
+            let retry_after = lease.give_back(refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
             Err(ProcessError::Refused { refusal, retry_after })
         }
         Outcome::Unknown(error) => {
             tracing::warn!(key_id = %lease.key_id, %error, "no answer that tells from the gateway; releasing the key");
-            let retry_after = release(lease, &error.to_string(), None).await?;
+            let retry_after = lease.give_back(&error.to_string(), None).await?;
             Err(ProcessError::Gateway { error, retry_after })
-        }
-    }
-}
-
-/// Gives the key back so the next attempt can start as soon as its backoff allows. Returns how
-/// long that is; a key no longer ours was taken over, which the caller reports as such.
-pub(crate) async fn release(lease: &Lease, reason: &str, refused: Option<Value>) -> Result<Duration, ProcessError> {
-    match lease.release(reason, refused).await {
-        Ok(Some(retry_after)) => Ok(retry_after),
-        Ok(None) => Err(lease.lost().into()),
-        Err(err) => {
-            // The lease will simply run out; the next attempt waits for that.
-            tracing::warn!(key_id = %lease.key_id, error = %err, "could not release the key");
-            Ok(lease.engine().settings().lease)
         }
     }
 }

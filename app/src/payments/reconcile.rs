@@ -18,7 +18,7 @@
 //! Every attempt is a `reconciled` event on the key's timeline: the method, and what the gateway
 //! said.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
 use super::model::{Payment, PaymentStatus};
@@ -38,32 +38,16 @@ pub(super) async fn key(gateway: &Gateway, lease: Lease, payment: Payment) -> Re
         match lease.hold(gateway.search(&payment.id.to_string())).await? {
             Some(outcome) => ("search", outcome),
             None => {
-                let settled = lease.search_settled();
-                record(&lease, json!({"method": "search", "answer": "none", "believed": settled})).await?;
-                if settled {
-                    return process::not_charged(&lease, Some(&payment), "the gateway never gave an answer that tells")
-                        .await;
-                }
-                let retry_after = process::release(&lease, "the search found no charge yet", None).await?;
-                return Err(ProcessError::Unconfirmed { retry_after });
+                lease.believe_absence("search").await?;
+                return process::not_charged(&lease, Some(&payment), "the gateway never gave an answer that tells")
+                    .await;
             }
         }
     };
-    record(&lease, json!({"method": method, "answer": outcome.label(), "payment_intent": outcome.payment_intent()}))
+    lease
+        .reconciled(json!({"method": method, "answer": outcome.label(), "payment_intent": outcome.payment_intent()}))
         .await?;
     process::conclude(&lease, payment, outcome).await
-}
-
-/// A `reconciled` event on the key's timeline, written before anything is done with the answer.
-async fn record(lease: &Lease, detail: Value) -> Result<(), ProcessError> {
-    let event = Event {
-        key_id: lease.key_id,
-        customer_id: lease.customer_id,
-        kind: EventKind::Reconciled,
-        lease_token: Some(lease.token),
-        detail,
-    };
-    Ok(events::write(lease.engine().pool(), event).await?)
 }
 
 /// A pending payment whose look-up is due.

@@ -39,10 +39,9 @@ use crate::customers::CustomerId;
 use crate::failpoint;
 use crate::gateway::{self, Gateway, RefundCall, RefundOutcome};
 use crate::http::problem::{self, Problem};
-use crate::idempotency::events::{self, Event};
 use crate::idempotency::{Begun, BoxFuture, EventKind, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
 use crate::payments::PaymentId;
-use crate::payments::process::{refusal_detail, release};
+use crate::payments::process::refusal_detail;
 
 /// The recovery point at which the refund row exists and its amount is reserved on the payment:
 /// the gateway may or may not have been called.
@@ -271,12 +270,12 @@ async fn conclude(lease: &Lease, mut refund: Refund, outcome: RefundOutcome) -> 
             finish(lease, refund).await
         }
         RefundOutcome::Refused(refusal) => {
-            let retry_after = release(lease, refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
+            let retry_after = lease.give_back(refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
             Err(ProcessError::Refused { refusal, retry_after })
         }
         RefundOutcome::Unknown(error) => {
             tracing::warn!(key_id = %lease.key_id, %error, "no answer that tells from the gateway; releasing the key");
-            let retry_after = release(lease, &error.to_string(), None).await?;
+            let retry_after = lease.give_back(&error.to_string(), None).await?;
             Err(ProcessError::Gateway { error, retry_after })
         }
     }
@@ -416,28 +415,17 @@ async fn reconcile(
         match lease.hold(gateway.find_refund(payment_intent, &refund.id.to_string())).await? {
             Some(outcome) => ("list", outcome),
             None => {
-                record(&lease, json!({"method": "list", "answer": "none"})).await?;
-                // Refunds are listed from the charge itself, not a lagging search index: none means none.
+                // Every page was read; still, a call the gateway held may execute late: the same
+                // settle rule as a payment's search decides when "none" is believed.
+                lease.believe_absence("list").await?;
                 refund.status = RefundStatus::Failed;
                 refund.failure = Some((ABANDONED.into(), "the gateway has no such refund".into()));
                 return finish(&lease, refund).await;
             }
         }
     };
-    record(&lease, json!({"method": method, "answer": outcome.label(), "refund": outcome.refund()})).await?;
+    lease.reconciled(json!({"method": method, "answer": outcome.label(), "refund": outcome.refund()})).await?;
     conclude(&lease, refund, outcome).await
-}
-
-/// A `reconciled` event on the key's timeline.
-async fn record(lease: &Lease, detail: Value) -> Result<(), ProcessError> {
-    let event = Event {
-        key_id: lease.key_id,
-        customer_id: lease.customer_id,
-        kind: EventKind::Reconciled,
-        lease_token: Some(lease.token),
-        detail,
-    };
-    Ok(events::write(lease.engine().pool(), event).await?)
 }
 
 /// Another customer's payment, or none: indistinguishable on purpose.

@@ -123,3 +123,115 @@ async fn past_the_horizon_the_search_finds_the_charge() {
     assert_eq!(body["payment_intent"], charged[0]["payment_intent"]);
     assert_eq!(app.charges_for(&key).await.len(), 1);
 }
+
+/// The refund ledger's refunds of one payment, by payonce's refund id.
+async fn gateway_refunds_of(app: &TestApp, payment: &Value) -> Vec<Value> {
+    app.ledger.refunds().await.into_iter().filter(|r| r["metadata"]["payonce_payment"] == payment["id"]).collect()
+}
+
+/// A refund whose answer was lost, then more than a page (100) of later refunds of the same
+/// payment. Past the horizon the sweeper may only look the lost one up, in the list of the
+/// payment's refunds, newest first: it must read every page (not give the refund up as "never
+/// made" because it is not on the first one, which gave its amount back and let another key
+/// refund the same money a second time). The refund is found, succeeded, once.
+#[tokio::test]
+async fn a_refund_past_a_page_of_later_refunds_is_found_not_made_twice() {
+    let settings = EngineSettings {
+        horizon: Horizon { downstream_key_ttl: Duration::from_secs(1), search_settle: Duration::from_millis(500) },
+        ..short()
+    };
+    let app = TestApp::spawn_with(Options {
+        budget: settings.budget,
+        horizon: settings.horizon,
+        lease: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await;
+    let api_key = app.customer("acme").await;
+    let (status, _, paid) =
+        parts(app.post_payment(&api_key, Some(&new_key()), &payment(10_000)).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    let lost = new_key();
+    app.set_faults(json!({"drop_after_charge_rate": 1.0, "next_calls": 1, "operations": ["create_refund"]})).await;
+    let body = json!({"payment": paid["id"], "amount": 1_000});
+    let answer = app.post_refund(&api_key, Some(&lost), &body).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE, "refunded at the gateway, answer lost");
+    for _ in 0..101 {
+        let body = json!({"payment": paid["id"], "amount": 1});
+        let later = app.post_refund(&api_key, Some(&new_key()), &body).send().await.unwrap();
+        assert_eq!(later.status(), StatusCode::CREATED);
+    }
+
+    tokio::time::sleep(Duration::from_secs(2)).await; // past the horizon and the settle delay
+    let sweeper = app.database.sweeper(&app.sim_url, "sweeper:test", settings);
+    sweep_until_final(&app, &sweeper, &lost, Duration::from_secs(15)).await;
+    let seen = reconciliations(&app, &lost).await;
+    assert_eq!(seen.last().map(|(m, a, _)| (m.as_str(), a.as_str())), Some(("list", "succeeded")), "{seen:?}");
+    let (status, _, refund) = parts(
+        app.post_refund(&api_key, Some(&lost), &json!({"payment": paid["id"], "amount": 1_000})).send().await.unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{refund}");
+    assert_eq!(refund["status"], "succeeded");
+
+    // What remains is 10 000 - 1 000 - 101: a key asking for more is refused, and the gateway
+    // refunded each amount once.
+    let greedy = app
+        .post_refund(&api_key, Some(&new_key()), &json!({"payment": paid["id"], "amount": 9_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(greedy.status(), StatusCode::CONFLICT);
+    let refunds = gateway_refunds_of(&app, &paid).await;
+    assert_eq!(refunds.len(), 102);
+    assert_eq!(refunds.iter().map(|r| r["amount"].as_i64().unwrap()).sum::<i64>(), 1_101);
+    let reserved: i64 = sqlx::query_scalar("select amount_refunded from payments").fetch_one(&app.db).await.unwrap();
+    assert_eq!(reserved, 1_101);
+}
+
+/// A refund call the gateway holds and executes late (after payonce gave up waiting). Past the
+/// horizon the sweeper lists the payment's refunds and finds none yet: as for a payment's
+/// search, that absence is believed only once the settle delay has passed since the last create
+/// call could have been sent. Until then the key stays, and the late refund is found: succeeded,
+/// its money counted, never "given back" while it moves.
+#[tokio::test]
+async fn a_refund_the_gateway_makes_late_is_not_given_up_too_early() {
+    let settings = EngineSettings {
+        horizon: Horizon { downstream_key_ttl: Duration::from_secs(1), search_settle: Duration::from_secs(4) },
+        ..short()
+    };
+    let app = TestApp::spawn_with(Options {
+        budget: settings.budget,
+        horizon: settings.horizon,
+        lease: Duration::from_secs(1),
+        gateway_timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await;
+    let api_key = app.customer("acme").await;
+    let (_, _, paid) = parts(app.post_payment(&api_key, Some(&new_key()), &payment(5_000)).send().await.unwrap()).await;
+    let key = new_key();
+    app.set_faults(
+        json!({"timeout_rate": 1.0, "timeout_hold_ms": 2500, "next_calls": 1, "operations": ["create_refund"]}),
+    )
+    .await;
+    let body = json!({"payment": paid["id"], "amount": 2_000});
+    let answer = app.post_refund(&api_key, Some(&key), &body).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE, "payonce stopped waiting; the gateway holds the call");
+
+    tokio::time::sleep(Duration::from_millis(1200)).await; // past the horizon; the call is still held
+    assert!(gateway_refunds_of(&app, &paid).await.is_empty(), "not made yet");
+    let sweeper = app.database.sweeper_with(&app.sim_url, "sweeper:test", settings, Duration::from_millis(500));
+    sweep_until_final(&app, &sweeper, &key, Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the held call has been made by now
+
+    let refunds = gateway_refunds_of(&app, &paid).await;
+    assert_eq!(refunds.len(), 1, "the held call was made, once");
+    let (status, _, refund) = parts(app.post_refund(&api_key, Some(&key), &body).send().await.unwrap()).await;
+    assert_eq!((status, &refund["status"]), (StatusCode::CREATED, &json!("succeeded")), "{refund}");
+    let reserved: i64 = sqlx::query_scalar("select amount_refunded from payments").fetch_one(&app.db).await.unwrap();
+    assert_eq!(reserved, 2_000, "its amount stays reserved: it moved");
+    let seen = reconciliations(&app, &key).await;
+    assert!(seen.iter().any(|(m, a, _)| m == "list" && a == "none"), "an early empty list, not believed: {seen:?}");
+}
