@@ -183,10 +183,11 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
             _ => foreign += 1,
         }
     }
-    // A key charged more than once is either a double charge or, when each charge is a payment of
-    // its own and every payment but the newest lost its key to expiry, a customer who paid again
-    // on purpose after the key expired (an operator's Expire, or the TTL): by design, one charge
-    // per key *row*. Only the first is the alarm.
+    // A key charged more than once is a double charge, unless there is positive evidence that
+    // the customer paid again on purpose after the key expired (an operator's Expire, or the
+    // TTL): each charge a payment of its own, and every payment but (at most) one with its key
+    // reaped and its tombstone kept. The mere absence of a key is no evidence (the lab's
+    // payments have none): a double charge is never classified away.
     let repeated: Vec<Uuid> = per_key
         .values()
         .filter(|charges| charges.len() > 1)
@@ -205,8 +206,8 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
         ids.sort_unstable();
         ids.dedup();
         let all_distinct_and_known = payments.iter().all(Option::is_some) && ids.len() == charges.len();
-        let keys_alive = payments.iter().flatten().filter(|p| p.key_id.is_some()).count();
-        all_distinct_and_known && keys_alive <= 1
+        let unexplained = payments.iter().flatten().filter(|p| !p.expired).count();
+        all_distinct_and_known && unexplained <= 1
     };
     let (again, doubles): (Vec<_>, Vec<_>) =
         per_key.iter().filter(|(_, charges)| charges.len() > 1).partition(|(_, charges)| paid_again(charges));

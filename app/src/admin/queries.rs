@@ -449,16 +449,22 @@ pub async fn events_of(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Vec<EventRow
 pub struct AuditedPayment {
     pub id: Uuid,
     pub status: String,
-    /// Its key, while the key exists (null once it expired).
-    pub key_id: Option<Uuid>,
+    /// Whether its key was reaped (expired, or an operator's Expire) and left its tombstone: the
+    /// positive evidence that a later payment under the same client key was made on purpose. A
+    /// payment with no key at all (the lab's) has none.
+    pub expired: bool,
 }
 
 pub async fn payments_by_id(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<AuditedPayment>> {
     sqlx::query_as!(
         AuditedPayment,
         r#"
-        select p.id, p.status, k.id as "key_id?"
-        from payments p left join idempotency_keys k on k.id = p.key_id and k.customer_id = p.customer_id
+        select p.id, p.status,
+               p.key_id is not null
+               and not exists (select from idempotency_keys k where k.id = p.key_id and k.customer_id = p.customer_id)
+               and exists (select from idempotency_events e where e.key_id = p.key_id and e.kind = 'expired')
+                   as "expired!"
+        from payments p
         where p.id = any($1)
         "#,
         ids,

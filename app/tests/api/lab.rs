@@ -337,3 +337,23 @@ async fn lab_page_runs_a_storm_and_shows_double_charges_in_red() {
     assert_eq!(result.as_array().unwrap().len(), 4);
     browser.close().await;
 }
+
+/// The gateway audit after check-then-insert double charged every key of a storm: each key is
+/// listed as charged more than once. Lab payments have no key row, and "paid again after the key
+/// expired" needs positive evidence (the earlier payments' keys reaped, with their tombstones),
+/// never the mere absence of a key: a double charge is never classified away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_audit_calls_the_labs_double_charges_double_charges() {
+    let app = lab_app().await;
+    let storm = storm(&app, Strategy::CheckThenInsert, 5, 8).await;
+    assert_eq!(storm.double_charged().len(), 5, "{:?}", storm.charges);
+    crate::browser::create_admin(&app).await;
+    let client = crate::helpers::browser_client();
+    crate::admin::sign_in(&app, &client).await;
+    let audit = client.get(app.url("/admin/gateway")).send().await.unwrap().text().await.unwrap();
+    assert!(audit.contains("5 keys were charged more than once!"), "{audit}");
+    assert!(!audit.contains("Paid again after the key expired"), "{audit}");
+    for key in &storm.keys {
+        assert!(audit.contains(key.as_str()), "{key} listed as a double charge");
+    }
+}
