@@ -155,6 +155,8 @@ pub struct StrategyBanner {
     pub safe: bool,
     /// Lab mode: every strategy at /lab/{strategy}/v1/payments, and the Lab page.
     pub lab: bool,
+    /// What the strategy does not guarantee that the engine does.
+    pub lacks: &'static [&'static str],
 }
 
 impl StrategyBanner {
@@ -164,6 +166,7 @@ impl StrategyBanner {
             name: strategy.as_str(),
             safe: strategy.is_safe(),
             lab: lab.is_lab(),
+            lacks: strategy.lacks(),
         })
     }
 }

@@ -31,6 +31,8 @@ pub struct Probe {
     /// Only when the strategy is a lab one: loud when it can charge twice.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// What the strategy does not guarantee that the engine does (empty for `on-conflict`).
+    pub lacks: Vec<&'static str>,
 }
 
 /// The database pool's connections: open, idle among them, and the most it opens.
@@ -79,7 +81,7 @@ async fn healthz(State(state): State<AppState>) -> axum::Json<Probe> {
             "claim strategy {strategy} CHARGES TWICE under concurrent retries: a lab server, never for real payments"
         ))
     } else if strategy != crate::lab::Strategy::OnConflict {
-        Some(format!("claim strategy {strategy}: a lab strategy, see docs/strategies.md"))
+        Some(format!("claim strategy {strategy}: a lab strategy, without the engine's other guarantees (lacks)"))
     } else {
         None
     };
@@ -89,6 +91,7 @@ async fn healthz(State(state): State<AppState>) -> axum::Json<Probe> {
         lab: state.lab.is_lab(),
         pool: PoolUse { size: pool.size(), idle: pool.num_idle(), max: pool.options().get_max_connections() },
         warning,
+        lacks: strategy.lacks().to_vec(),
     })
 }
 

@@ -9,9 +9,11 @@
 //! | `check-then-insert` | nobody: a `SELECT`, a gap, an `INSERT` with no unique index behind it    | [`check_then_insert`] |
 //!
 //! `PAYONCE_CLAIM_STRATEGY` picks the one `POST /v1/payments` (and the shop) uses; `on-conflict`
-//! is the default and the only one payonce recommends. `check-then-insert` double charges by
-//! design and is refused unless the server runs in lab mode (`--lab`, `PAYONCE_LAB=1`), which
-//! also mounts `POST /lab/{strategy}/v1/payments` so that one server runs all four side by side.
+//! is the default and the only one that serves outside the lab: the others lack what the engine
+//! guarantees besides the claim (reconciliation, webhooks, the sweeper: [`Strategy::lacks`]), and
+//! `check-then-insert` double charges by design. They run only in lab mode (`--lab`,
+//! `PAYONCE_LAB=1`), which also mounts `POST /lab/{strategy}/v1/payments` so that one server runs
+//! all four side by side.
 //!
 //! The engine is reached at one seam only: `http::payments::execute_with` sends `on-conflict` to
 //! the engine and everything else here. The three strategies below keep their keys in
@@ -70,6 +72,30 @@ impl Strategy {
     pub fn is_safe(self) -> bool {
         self != Self::CheckThenInsert
     }
+
+    /// What this strategy does *not* guarantee that the engine does: why only the engine serves
+    /// outside the lab. Empty for `on-conflict`. (`/healthz`, the dashboard's banner and
+    /// docs/strategies.md show it.)
+    pub fn lacks(self) -> &'static [&'static str] {
+        const OUTSIDE_THE_ENGINE: [&str; 3] = [
+            "a pending payment (202 processing, requires_action) is never looked up: with a lost webhook it stays \
+             pending for good",
+            "a webhook that arrives before its transaction commits finds no payment (unmatched), and its redeliveries \
+             count as duplicates",
+            "after an unknown outcome (a timeout, a lost answer) no key row is left for the sweeper to reconcile",
+        ];
+        const NOBODY_DECIDES: [&str; 4] = [
+            "charging once: concurrent retries with one key are each charged",
+            OUTSIDE_THE_ENGINE[0],
+            OUTSIDE_THE_ENGINE[1],
+            OUTSIDE_THE_ENGINE[2],
+        ];
+        match self {
+            Self::OnConflict => &[],
+            Self::ForUpdate | Self::Redis => &OUTSIDE_THE_ENGINE,
+            Self::CheckThenInsert => &NOBODY_DECIDES,
+        }
+    }
 }
 
 impl std::fmt::Display for Strategy {
@@ -121,16 +147,24 @@ impl Default for LabSettings {
 
 impl LabSettings {
     /// Refuses a configuration that would double charge outside the lab.
+    /// Only the engine's own strategy keeps every guarantee (reconciliation of unknown and
+    /// pending outcomes, webhooks, the sweeper); the others exist to be compared, in the lab.
     pub fn check(&self) -> Result<(), String> {
-        if !self.strategy.is_safe() && !self.lab {
-            return Err(format!(
-                "PAYONCE_CLAIM_STRATEGY={} charges the same payment more than once under concurrent retries: it exists \
-                 only to be watched failing. Refusing to serve it outside the lab; to run it anyway, add --lab (or \
-                 PAYONCE_LAB=1) and never point real clients or a real Stripe account at this server",
-                self.strategy
-            ));
+        if self.strategy == Strategy::OnConflict || self.lab {
+            return Ok(());
         }
-        Ok(())
+        let why = if self.strategy.is_safe() {
+            "charges once, but lacks what the engine guarantees besides"
+        } else {
+            "charges the same payment more than once under concurrent retries: it exists only to be watched failing, \
+             and lacks every other guarantee too"
+        };
+        Err(format!(
+            "PAYONCE_CLAIM_STRATEGY={} {why}: {}. Refusing to serve it outside the lab; to run it anyway, add --lab (or \
+             PAYONCE_LAB=1) and never point real clients or a real Stripe account at this server (docs/strategies.md)",
+            self.strategy,
+            self.strategy.lacks().join("; "),
+        ))
     }
 }
 

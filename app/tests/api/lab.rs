@@ -264,26 +264,45 @@ async fn payonce_lab_1_allows_check_then_insert() {
     assert_eq!(health["lab"], true);
 }
 
-/// check-then-insert without --lab: the server refuses to start, saying why and how.
+/// Outside the lab only the engine serves. for-update and redis charge once, but a pending
+/// payment of theirs is never looked up, a webhook arriving before their commit is unmatched, and
+/// an unknown outcome leaves no row for the sweeper; check-then-insert lacks even charging once.
+/// Each is refused without --lab, saying what it lacks and how to run it anyway; in the lab,
+/// /healthz lists what the running strategy lacks.
 #[tokio::test]
-async fn check_then_insert_is_refused_without_lab() {
-    let lab = LabSettings { strategy: Strategy::CheckThenInsert, lab: false, ..LabSettings::default() };
-    let err = lab.check().unwrap_err();
-    assert!(err.contains("--lab") && err.contains("PAYONCE_LAB=1"), "{err}");
+async fn only_the_engine_serves_outside_the_lab() {
+    for strategy in [Strategy::ForUpdate, Strategy::Redis, Strategy::CheckThenInsert] {
+        let lab = LabSettings { strategy, lab: false, ..LabSettings::default() };
+        let err = lab.check().unwrap_err();
+        assert!(err.contains("--lab") && err.contains("PAYONCE_LAB=1"), "{err}");
+        for lack in strategy.lacks() {
+            assert!(err.contains(lack), "{strategy}: {err}");
+        }
+        assert!(LabSettings { strategy, lab: true, ..LabSettings::default() }.check().is_ok());
 
-    // `payonce serve` itself: a clear error on stderr and a non-zero exit, before it opens anything.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_payonce"))
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("PAYONCE_CLAIM_STRATEGY", "check-then-insert")
-        .env("PAYONCE_ADDR", "127.0.0.1:0")
-        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("PAYONCE_CLAIM_STRATEGY=check-then-insert") && stderr.contains("--lab"), "{stderr}");
+        // `payonce serve` itself: a clear error on stderr and a non-zero exit, before it opens anything.
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_payonce"))
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("PAYONCE_CLAIM_STRATEGY", strategy.as_str())
+            .env("PAYONCE_ADDR", "127.0.0.1:0")
+            .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{strategy} served outside the lab");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(&format!("PAYONCE_CLAIM_STRATEGY={strategy}")) && stderr.contains("--lab"), "{stderr}");
+    }
+    assert!(Strategy::OnConflict.lacks().is_empty());
+    assert_eq!(Strategy::ForUpdate.lacks().len(), 3);
+    assert_eq!(Strategy::CheckThenInsert.lacks().len(), 4);
+
+    let lab = LabSettings { strategy: Strategy::ForUpdate, lab: true, ..LabSettings::default() };
+    let app = TestApp::spawn_with(Options { lab, ..Options::default() }).await;
+    let health: Value = app.client.get(app.url("/healthz")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(health["claim_strategy"], "for-update");
+    assert_eq!(health["lacks"].as_array().map(Vec::len), Some(3), "{health}");
 }
 
 /// The dashboard's Lab page in a real browser: an operator runs all four strategies over two

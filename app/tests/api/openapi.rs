@@ -584,6 +584,7 @@ async fn real_responses_match_the_description() {
     let lockless = TestApp::spawn_with(Options {
         lab: payonce::lab::LabSettings {
             strategy: payonce::lab::Strategy::Redis,
+            lab: true,
             redis_url: format!("redis://{relay_addr}"),
             ..Default::default()
         },
