@@ -144,7 +144,15 @@ async fn show(
             reason: r.reason.unwrap_or_default(),
             status: r.status,
             gateway_refund: r.gateway_refund_id.unwrap_or_default(),
-            failure: r.failure_message.unwrap_or_default(),
+            failure: match (r.reversed_at, r.failure_message) {
+                (Some(at), message) => format!(
+                    "Failed after it had succeeded (reversed {}): the money came back, and {} is refundable again.{}",
+                    crate::web::clock(at),
+                    money(r.amount, &r.currency),
+                    message.map(|m| format!(" {m}")).unwrap_or_default()
+                ),
+                (None, message) => message.unwrap_or_default(),
+            },
             created: crate::web::clock(r.created_at),
             created_iso: rfc3339(r.created_at),
             key_id: r.key_id.to_string(),

@@ -593,6 +593,8 @@ pub struct PaymentRefund {
     pub gateway_refund_id: Option<String>,
     pub failure_message: Option<String>,
     pub created_at: OffsetDateTime,
+    /// When it failed after it had succeeded (the money came back to the merchant).
+    pub reversed_at: Option<OffsetDateTime>,
     /// Who asked for it, from its `refund_created` event: `operator:<name>`, or `customer` for
     /// the customer's own; `None` once the event is gone (past the event retention).
     pub by: Option<String>,
@@ -613,6 +615,7 @@ pub async fn refunds_of(pool: &PgPool, payment: Uuid) -> sqlx::Result<Vec<Paymen
                                 where e.key_id = r.key_id and e.kind = 'expired' order by e.id desc limit 1))
                    as client_key,
                r.amount, r.currency, r.reason, r.status, r.gateway_refund_id, r.failure_message, r.created_at,
+               r.reversed_at,
                (select coalesce(e.detail->>'by', 'customer') from idempotency_events e
                 where e.key_id = r.key_id and e.kind = 'refund_created' order by e.id limit 1) as by,
                extract(epoch from r.reconcile_at - now())::float8 as next_lookup_secs, r.reconcile_attempts

@@ -132,12 +132,14 @@ pub async fn list(
     Ok((refunds, has_more))
 }
 
-/// Moves refund `id` to `status` (succeeded or failed) if it is still pending, and fills in the
-/// gateway's refund id if missing (`status` `None`: only that). A failed refund gives its
-/// reservation back to the payment in the same statement, so exactly once: the `status =
-/// 'pending'` condition is the forward-only rule itself. A refund that leaves pending is no
-/// longer looked up (`reconcile_at` cleared). Returns whether it moved. The one statement the
-/// webhook and the sweeper's look-ups share; the caller holds the refund's row lock.
+/// Moves refund `id` forward to `status`, and fills in the gateway's refund id if missing
+/// (`status` `None`: only that). Forward is pending → succeeded or failed, and succeeded →
+/// failed: a refund can fail after it succeeded (the money could not reach the customer and came
+/// back; `reversed_at` says when), never the other way. A refund moving to failed gives its
+/// reservation back to the payment in the same statement, so exactly once: failed is final, and
+/// the condition on the current status is the forward-only rule itself. A refund that leaves
+/// pending is no longer looked up (`reconcile_at` cleared). Returns whether it moved. The one
+/// statement the webhook and the sweeper's look-ups share; the caller holds the refund's row lock.
 pub async fn advance(
     conn: &mut PgConnection,
     id: Uuid,
@@ -155,8 +157,9 @@ pub async fn advance(
                    failure_code = case when $2 = 'failed' then $4 else failure_code end,
                    failure_message = case when $2 = 'failed' then $5 else failure_message end,
                    reconcile_at = case when $2::text is null then reconcile_at end,
+                   reversed_at = case when status = 'succeeded' and $2 = 'failed' then now() else reversed_at end,
                    updated_at = now()
-             where id = $1 and ($2::text is null or status = 'pending')
+             where id = $1 and ($2::text is null or status = 'pending' or (status = 'succeeded' and $2 = 'failed'))
             returning payment_id, amount
         ), payment as (
             update payments p

@@ -8,14 +8,17 @@
 //!
 //! * a `pending` refund moves to `succeeded` or `failed` (a failed one gives its reservation
 //!   back to the payment, as when the gateway's own answer says so);
+//! * a `succeeded` refund moves to `failed` on `refund.failed`: Stripe reports a refund that
+//!   could not reach the customer after it succeeded (an expired or closed card), and the money
+//!   came back to the merchant. Its reservation is given back once, and the payment's page says
+//!   it was reversed;
 //! * the gateway's refund id is filled in if payonce does not have it yet (its answer was lost);
-//! * an event saying less than payonce knows (`pending` about a final refund), or the other
-//!   final status, changes nothing: `stale`. Refund statuses only go forward, and a succeeded
-//!   refund is never made failed by an event (an operator looks at the warning instead);
+//! * an event saying less than payonce knows (`pending` about a final refund, `succeeded` about
+//!   a failed one) changes nothing: `stale`;
 //! * an event naming a refund payonce does not have is `unmatched`.
 //!
-//! Unlike a payment's statuses, a refund's have one step (pending → final), so ranking them is
-//! all the ordering there is: no event time is kept.
+//! A refund's statuses are ranked pending → succeeded → failed (failed is final, reachable from
+//! both), so ranking them is all the ordering there is: no event time is kept.
 //!
 //! `charge.refunded` carries the charge and its refund totals: the gateway's sums, not any of
 //! payonce's refunds. It is recorded on the timeline of the refund key whose call caused it (or
@@ -158,20 +161,19 @@ async fn apply_refund(tx: &mut PgConnection, event: &Delivery<'_>, refund: &Gate
         Some(said) if current == RefundStatus::Pending && said.status != RefundStatus::Pending => {
             (Effect::Applied, Some(said))
         }
-        Some(said) if said.status == current => (if fills_reference { Effect::Applied } else { Effect::Ignored }, None),
-        // Less than payonce knows, or the other final status: never backwards, never a
-        // succeeded refund made failed.
-        Some(said) => {
-            if current == RefundStatus::Succeeded && said.status == RefundStatus::Failed {
-                tracing::warn!(
-                    event = event.id,
-                    refund = %public,
-                    gateway_refund,
-                    "the gateway says a succeeded refund failed: payonce keeps it succeeded; look at it in the gateway"
-                );
-            }
-            (Effect::Stale, None)
+        Some(said) if current == RefundStatus::Succeeded && said.status == RefundStatus::Failed => {
+            tracing::warn!(
+                event = event.id,
+                refund = %public,
+                gateway_refund,
+                amount = target.amount,
+                "a succeeded refund failed at the gateway (the money came back): its amount is refundable again"
+            );
+            (Effect::Applied, Some(said))
         }
+        Some(said) if said.status == current => (if fills_reference { Effect::Applied } else { Effect::Ignored }, None),
+        // Less than payonce knows: never backwards.
+        Some(_) => (Effect::Stale, None),
     };
     if moves_to.is_some() || fills_reference {
         advance(tx, &target, moves_to, gateway_refund).await?;

@@ -15,6 +15,8 @@
 //!                       answers 3-D Secure
 //! POST /_sim/refunds/{id}/settle  {"outcome": "succeed"|"fail"}: a pending (bank debit) refund
 //!                       settles now
+//! POST /_sim/refunds/{id}/fail  {"failure_reason"?: …}: a succeeded refund fails afterwards
+//!                       (the card expired or was closed), `refund.failed`; it leaves the ledger
 //! POST /_sim/webhooks/release  {"order": "reverse"|"shuffle"|"fifo"}: send the held deliveries
 //! ```
 
@@ -49,6 +51,7 @@ pub(crate) fn router() -> Router<Simulator> {
         .route("/_sim/reset", post(reset))
         .route("/_sim/payment_intents/{id}/authenticate", post(authenticate))
         .route("/_sim/refunds/{id}/settle", post(settle_refund))
+        .route("/_sim/refunds/{id}/fail", post(fail_refund))
         .route("/_sim/webhooks/release", post(release))
 }
 
@@ -225,6 +228,54 @@ async fn settle_refund(
     let succeed = succeeds(body, "settlement")?;
     let refund = jobs::transact(&sim, |state| refunds::settle(state, &id, succeed))?;
     Ok(SavedResponse::ok(&refund, "settled").respond(false))
+}
+
+/// Why a succeeded refund failed afterwards: one of Stripe's `failure_reason` values for a refund
+/// that could not reach the customer.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Reversal {
+    #[serde(default = "Reversal::default_reason")]
+    failure_reason: ReversalReason,
+}
+
+impl Reversal {
+    fn default_reason() -> ReversalReason {
+        ReversalReason::ExpiredOrCanceledCard
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ReversalReason {
+    ExpiredOrCanceledCard,
+    LostOrStolenCard,
+    Unknown,
+}
+
+impl ReversalReason {
+    fn as_str(&self) -> &'static str {
+        match self {
+            Self::ExpiredOrCanceledCard => "expired_or_canceled_card",
+            Self::LostOrStolenCard => "lost_or_stolen_card",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// A succeeded refund fails afterwards; answers the refund as it now is.
+async fn fail_refund(
+    State(sim): State<Simulator>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = path?;
+    let Reversal { failure_reason } = match &body {
+        Ok(bytes) if bytes.is_empty() => Reversal { failure_reason: Reversal::default_reason() },
+        _ => parse_json(body, "reversal")?,
+    };
+    let refund = jobs::transact(&sim, |state| refunds::fail_after_success(state, &id, failure_reason.as_str()))?;
+    Ok(SavedResponse::ok(&refund, "failed").respond(false))
 }
 
 #[derive(Default, Deserialize)]

@@ -58,8 +58,9 @@ pub struct Refund {
     pub created: i64,
 }
 
-/// Every successful charge and refund, in the order they happened. Append-only until a reset
-/// (a refund also adds to its charge's `amount_refunded`).
+/// Every successful charge and refund, in the order they happened. Append-only until a reset (a
+/// refund also adds to its charge's `amount_refunded`), but for a refund that fails after it
+/// succeeded, which leaves it.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     charges: Vec<Charge>,
@@ -77,6 +78,16 @@ impl Ledger {
             charge.amount_refunded += refund.amount;
         }
         self.refunds.push(refund);
+    }
+
+    /// A refund that failed after it succeeded: the money came back, so it leaves the ledger and
+    /// its charge's `amount_refunded`.
+    pub fn reverse_refund(&mut self, refund: &str) {
+        let Some(at) = self.refunds.iter().position(|r| r.refund == refund) else { return };
+        let reversed = self.refunds.remove(at);
+        if let Some(charge) = self.charges.iter_mut().rev().find(|charge| charge.charge == reversed.charge) {
+            charge.amount_refunded -= reversed.amount;
+        }
     }
 
     pub fn charges(&self) -> &[Charge] {

@@ -336,10 +336,8 @@ async fn refund_events_move_a_pending_refund_once_and_forward_only() {
         created + 1,
         None,
     );
-    for body in [&older, &failed] {
-        let (status, _, receipt) = parts(deliver(&app, body, SECRET, now()).await).await;
-        assert_eq!((status, receipt["effect"].as_str()), (StatusCode::OK, Some("stale")), "{receipt}");
-    }
+    let (status, _, receipt) = parts(deliver(&app, &older, SECRET, now()).await).await;
+    assert_eq!((status, receipt["effect"].as_str()), (StatusCode::OK, Some("stale")), "{receipt}");
     assert_eq!(refund_row(&app).await, ("succeeded".into(), Some(gateway_id.clone()), None, 3000), "never backwards");
 
     // charge.refunded, as the refund call caused it: recorded, amounts untouched.
@@ -356,7 +354,6 @@ async fn refund_events_move_a_pending_refund_once_and_forward_only() {
         [
             ("evt_r1_created".into(), "stale".into(), true),
             ("evt_r2_updated".into(), "applied".into(), true),
-            ("evt_r3_failed".into(), "stale".into(), true),
             ("evt_r4_charge".into(), "ignored".into(), true),
         ]
     );
@@ -366,7 +363,6 @@ async fn refund_events_move_a_pending_refund_once_and_forward_only() {
         ("evt_r1_created", "stale"),
         ("evt_r2_updated", "applied"),
         ("evt_r2_updated", "duplicate"),
-        ("evt_r3_failed", "stale"),
         ("evt_r4_charge", "ignored"),
     ]
     .iter()
@@ -382,6 +378,80 @@ async fn refund_events_move_a_pending_refund_once_and_forward_only() {
     assert_eq!(refund["gateway_refund"], gateway_id.as_str());
     assert_eq!(gateway_get(&app, "v1/refunds").await["data"].as_array().unwrap().len(), 1);
     assert_eq!(refund_row(&app).await.3, 3000);
+
+    // Then it fails at the gateway after all (the card was closed): failed is further on, so the
+    // event applies (the next test follows it through the simulator's own control).
+    let (_, _, receipt) = parts(deliver(&app, &failed, SECRET, now()).await).await;
+    assert_eq!(receipt["effect"], "applied", "{receipt}");
+    assert_eq!(refund_row(&app).await.0, "failed");
+    let (_, _, receipt) = parts(deliver(&app, &updated_again(&pending.gateway), SECRET, now()).await).await;
+    assert_eq!(receipt["effect"], "stale", "a failed refund never succeeds again: {receipt}");
+}
+
+/// A `refund.updated` saying succeeded, under a new event id.
+fn updated_again(gateway: &Value) -> String {
+    event_of("evt_r5_updated", "refund.updated", gateway, now(), None)
+}
+
+/// Stripe reports a refund that could not reach the customer after it succeeded (the card was
+/// closed): the simulator's control fails a succeeded refund, and its `refund.failed` reaches
+/// payonce by itself. The refund is failed, its amount given back to the payment once (a
+/// redelivery changes nothing), the whole payment can be refunded again, and the payment's page
+/// says the refund was reversed. The gateway's refund ledger no longer holds it.
+#[tokio::test]
+async fn a_refund_that_fails_after_it_succeeded_gives_its_amount_back_once() {
+    let app = TestApp::spawn_with(Options { builtin_simulator: true, ..Default::default() }).await;
+    let api_key = app.customer("acme").await;
+    let (_, _, paid) =
+        parts(app.post_payment(&api_key, Some(&new_key()), &payment(10_000)).send().await.unwrap()).await;
+    let body = json!({"payment": paid["id"], "amount": 4000});
+    let (status, _, refund) = parts(app.post_refund(&api_key, Some(&new_key()), &body).send().await.unwrap()).await;
+    assert_eq!((status, refund["status"].as_str()), (StatusCode::CREATED, Some("succeeded")), "{refund}");
+    let gateway_id = refund["gateway_refund"].as_str().unwrap().to_owned();
+
+    // Every delivery twice over, as an at-least-once gateway may.
+    app.set_faults(json!({"webhook_duplicate_rate": 1.0})).await;
+    let failed = app.ledger.control(&format!("refunds/{gateway_id}/fail"), json!({})).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["failure_reason"].as_str()),
+        (Some("failed"), Some("expired_or_canceled_card"))
+    );
+    let started = std::time::Instant::now();
+    while refund_row(&app).await.0 != "failed" {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "refund.failed never applied: {:?}",
+            refund_row(&app).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refunded = || async {
+        sqlx::query_scalar::<_, i64>("select amount_refunded from payments").fetch_one(&app.db).await.unwrap()
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // the duplicate delivery lands too
+    assert_eq!(refunded().await, 0, "its 4000 given back, once");
+    assert!(app.ledger.refunds().await.is_empty(), "the money came back: no refund in the gateway's ledger");
+    let (applied, duplicates): (i64, i64) = sqlx::query_as(
+        "select count(*) filter (where e.detail->>'effect' = 'applied'), count(*) filter (where e.detail->>'effect' = 'duplicate')
+         from idempotency_events e where e.kind = 'webhook' and e.detail->>'type' = 'refund.failed'",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(applied, 1, "applied once ({duplicates} redeliveries noted)");
+    app.set_faults(json!({})).await;
+
+    let full = json!({"payment": paid["id"], "amount": 10_000});
+    let (status, _, _) = parts(app.post_refund(&api_key, Some(&new_key()), &full).send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "the whole payment is refundable again");
+    assert_eq!(app.ledger.refunds().await.len(), 1);
+
+    crate::browser::create_admin(&app).await;
+    let client = crate::helpers::browser_client();
+    crate::admin::sign_in(&app, &client).await;
+    let page = client.get(app.url(&format!("/admin/payments/{}", paid["id"].as_str().unwrap()))).send().await.unwrap();
+    let page = page.text().await.unwrap();
+    assert!(page.contains("Failed after it had succeeded"), "{page}");
 }
 
 /// The gateway's `refund.failed` for a pending refund (the card expired or was cancelled),

@@ -184,6 +184,41 @@ fn settle_in(state: &mut State, api_key: &str, id: &str, succeed: bool) -> Resul
     Ok(refund)
 }
 
+/// A succeeded refund fails afterwards, as Stripe reports when the money could not reach the
+/// customer (an expired or closed card): `failed` with `failure_reason`, `refund.failed`, its
+/// amount refundable on the charge again, and its entry out of the refund ledger (the money came
+/// back to the merchant). 400 if the refund has not succeeded.
+pub(crate) fn fail_after_success(
+    state: &mut State,
+    id: &str,
+    failure_reason: &'static str,
+) -> Result<Refund, ApiError> {
+    let api_key = state
+        .accounts
+        .iter()
+        .find(|(_, account)| account.refunds.contains_key(id))
+        .map(|(api_key, _)| api_key.clone())
+        .ok_or_else(|| ApiError::not_found("refund", id, "id"))?;
+    let account = state.account(&api_key);
+    let refund = account.refunds.get_mut(id).ok_or_else(|| ApiError::not_found("refund", id, "id"))?;
+    if refund.status != RefundStatus::Succeeded {
+        let status = to_value(&refund.status);
+        let status = status.as_str().unwrap_or_default();
+        return Err(ApiError::invalid_request(format!("This refund has not succeeded: its status is {status}.")));
+    }
+    let previous = json!({"status": "succeeded", "failure_reason": null});
+    refund.status = RefundStatus::Failed;
+    refund.failure_reason = Some(failure_reason);
+    let refund = refund.clone();
+    if let Some(charge) = account.charges.get_mut(&refund.charge) {
+        charge.amount_refunded -= refund.amount;
+        charge.refunded = false;
+    }
+    state.ledger.reverse_refund(&refund.id);
+    emit(state, &api_key, "refund.failed", to_value(&refund), Some(previous), &EventRequest::default());
+    Ok(refund)
+}
+
 /// The acquirer's reference for the card refund arrives: `refund.updated`.
 fn reference_arrives(state: &mut State, api_key: &str, id: &str) {
     let Some(refund) = state.accounts.get_mut(api_key).and_then(|account| account.refunds.get_mut(id)) else {

@@ -15,8 +15,8 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use axum::routing::get;
 
-pub(crate) use create::settle;
 use create::{RefundParams, Target};
+pub(crate) use create::{fail_after_success, settle};
 
 use crate::simulator::error::ApiError;
 use crate::simulator::execution;
