@@ -24,6 +24,7 @@
 
 pub mod budget;
 pub mod claim;
+pub mod downstream;
 pub mod events;
 pub mod fingerprint;
 pub mod identity;

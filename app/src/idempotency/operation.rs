@@ -30,9 +30,9 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::claim::{Busy, Claim, ClaimError, Operation};
+use super::downstream::{GatewayError, Refusal};
 use super::lease::{FenceError, Lease, LeaseLost, RecoveryPoint};
 use super::{Engine, StoredResponse};
-use crate::gateway::{GatewayError, Refusal};
 
 /// A boxed future, as the trait's methods return (the trait is used as `dyn Idempotent`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
