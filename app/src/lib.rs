@@ -101,6 +101,7 @@ pub mod inbox;
 pub mod lab;
 pub mod listener;
 pub mod metrics;
+pub mod operations;
 pub mod payments;
 pub mod refunds;
 pub mod server;
@@ -109,11 +110,3 @@ pub mod simulator;
 pub mod sweeper;
 pub mod telemetry;
 pub mod web;
-
-/// Every idempotent operation payonce serves, by route: what the sweeper completes abandoned keys
-/// with, without knowing which is which.
-pub fn operations(gateway: &gateway::Gateway) -> idempotency::Operations {
-    idempotency::Operations::default()
-        .with(payments::process::Payments::new(gateway.clone()))
-        .with(refunds::Refunds::new(gateway.clone()))
-}

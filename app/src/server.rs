@@ -141,6 +141,7 @@ impl Server {
                 if lab.is_lab() { " (lab mode: /lab/{strategy}/v1/payments is mounted)" } else { "" }
             );
         }
+        let operations = crate::operations::registry(&gateway);
         let state = AppState {
             auth: Arc::new(Authenticator::new(database.pool.clone())),
             engine,
@@ -150,6 +151,7 @@ impl Server {
             web,
             webhook_secret: webhook_secret.map(Arc::new),
             lab,
+            operations,
             reads: database.reads.clone(),
         };
         let fds = FdBudget {

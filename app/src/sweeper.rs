@@ -103,7 +103,7 @@ pub struct Sweeper {
 
 impl Sweeper {
     pub fn new(engine: Engine, gateway: Gateway, settings: SweeperSettings, owner: String) -> Self {
-        let operations = crate::operations(&gateway);
+        let operations = crate::operations::registry(&gateway);
         Self { engine, gateway, operations, settings, owner }
     }
 

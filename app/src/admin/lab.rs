@@ -6,7 +6,7 @@
 //! class can compare them. Only in lab mode (`payonce serve --lab`), with the simulator as gateway
 //! (its ledger is the ground truth).
 //!
-//! A run is driven inside this process, through the same `execute_with` as
+//! A run is driven inside this process, through the same `idempotent::execute_with` as
 //! `/lab/{strategy}/v1/payments`. "Two servers" is a second, independent stack in this process on
 //! the same database: its own connection pool, engine (replay cache, lease owner name) and Redis
 //! connection, which is everything two payonce processes do not share. For two real processes,
@@ -28,9 +28,10 @@ use uuid::Uuid;
 
 use super::{Chrome, Operator};
 use crate::http::AppState;
-use crate::http::payments::{execute_with, operation};
+use crate::http::idempotent::{self, Claims};
 use crate::idempotency::{Engine, EventLog, IdempotencyKey};
 use crate::lab::{Lab, Strategy};
+use crate::operations::Op;
 use crate::payments::CreatePayment;
 use crate::simulator::Faults;
 use crate::web::flash::Flash;
@@ -426,14 +427,15 @@ async fn storm(
             let server = (n * params.duplicates as usize + d) % servers.len();
             let state = servers[server].clone();
             let key = IdempotencyKey::new(key.clone()).map_err(|err| err.to_string())?;
-            let op = operation(customer_id, key, &request).map_err(|err| err.to_string())?;
+            let op = idempotent::operation(Op::Payment, customer_id, key, &request).map_err(|err| err.to_string())?;
             let barrier = barrier.clone();
             tasks.push((
                 n,
                 tokio::spawn(async move {
                     barrier.wait().await;
                     let start = started.elapsed();
-                    let (status, replayed, body) = match execute_with(state, strategy, op).await {
+                    let outcome = idempotent::execute_with(&state, Claims::of(strategy), Op::Payment, op).await;
+                    let (status, replayed, body) = match outcome {
                         Ok(answer) => (answer.stored.status.as_u16(), answer.replayed, Some(answer.stored.body)),
                         Err(err) => (err.into_response().status().as_u16(), false, None),
                     };

@@ -14,8 +14,9 @@ use super::queries::{self, Counts, Cursor, KeyFilter};
 use super::{Chrome, Operator, parse_customer};
 use crate::customers::CustomerId;
 use crate::http::AppState;
+use crate::idempotency::StoredResponse;
 use crate::idempotency::operator::{ActionResult, Refusal};
-use crate::idempotency::{EventKind, StoredResponse};
+use crate::operations::Op;
 use crate::payments::store;
 use crate::refunds;
 use crate::web::flash::Flash;
@@ -291,14 +292,14 @@ async fn keys(
 ) -> Result<Response, WebError> {
     let pool = state.engine.pool();
     let status = queries::STATUSES.iter().find(|(value, _)| *value == query.state).map(|(value, _)| *value);
-    let operation = queries::OPERATIONS.iter().find(|(value, ..)| *value == query.operation);
+    let operation = Op::named(&query.operation);
     let customer = parse_customer(&query.customer);
     let search = query.q.trim();
     let filter = KeyFilter {
         status: status.map(str::to_owned),
         customer,
         search: (!search.is_empty()).then(|| search.to_owned()),
-        route: operation.map(|(_, route, _)| (*route).to_owned()),
+        route: operation.map(|op| op.route().to_owned()),
     };
     let cursor = match (Uuid::try_parse(&query.before), Uuid::try_parse(&query.after)) {
         (Ok(before), _) => Cursor::Before(before),
@@ -320,7 +321,7 @@ async fn keys(
             KeyRowView {
                 id: row.id.to_string(),
                 key: row.key,
-                operation: queries::operation_of(&row.route).to_owned(),
+                operation: operation_of(&row.route).to_owned(),
                 customer: row.customer_name,
                 why: if row.status == "stuck" {
                     stuck_why(
@@ -359,10 +360,7 @@ async fn keys(
         total: result.total,
         q: query.q.clone(),
         statuses: queries::STATUSES.iter().map(|(value, label)| (*value, *label, Some(*value) == status)).collect(),
-        operations: queries::OPERATIONS
-            .iter()
-            .map(|(value, _, label)| (*value, *label, operation.is_some_and(|(chosen, ..)| chosen == value)))
-            .collect(),
+        operations: Op::ALL.iter().map(|op| (op.name(), op.label(), operation == Some(*op))).collect(),
         customers,
         url: query.url(match cursor {
             Cursor::Newest => None,
@@ -525,11 +523,11 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
             expired_at: rfc3339(t.expired_at),
         }
     });
-    let operation = queries::operation_of(&route).to_owned();
+    let operation = operation_of(&route).to_owned();
     // Who asked for it: the refund's first write names an operator on its event.
     let by = events
         .iter()
-        .find(|e| e.kind == EventKind::RefundCreated.as_str())
+        .find(|e| e.kind == crate::refunds::REFUND_CREATED.as_str())
         .and_then(|e| e.detail.get("by")?.as_str())
         .unwrap_or_default()
         .to_owned();
@@ -711,5 +709,14 @@ fn outcome_message(result: ActionResult, seen: i64, wrong_state: &str, done: Str
         Err(Refusal::WrongState { state }) => {
             Flash::warning(format!("Nothing was done: the key is {state} now, and {wrong_state}."))
         }
+    }
+}
+
+/// The operation of a key recorded on `route` (its registry name), or the route itself for one
+/// this version does not know.
+fn operation_of(route: &str) -> &str {
+    match Op::of_route(route) {
+        Some(op) => op.name(),
+        None => route,
     }
 }

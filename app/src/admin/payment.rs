@@ -1,7 +1,7 @@
 //! `/admin/payments/{id}`: one payment, its refunds, and the operator's refund form.
 //!
-//! The form refunds through the API's own code path ([`crate::http::refunds::operation`] and
-//! [`crate::http::refunds::execute`]: the engine's claim, fingerprint, lease and replay, and the
+//! The form refunds through the API's own code path ([`crate::http::idempotent::operation`] and
+//! [`crate::http::idempotent::execute`]: the engine's claim, fingerprint, lease and replay, and the
 //! payment's reservation at the first write) on behalf of the payment's customer, under an
 //! Idempotency-Key the server generated when it rendered the page (a UUID v7 in a hidden field),
 //! as the shop's checkout does. So the same rendered form sent twice (a double click, Back and
@@ -31,8 +31,9 @@ use super::{Chrome, Operator};
 use crate::customers::CustomerId;
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::http::refunds::{execute, operation};
+use crate::http::idempotent::{execute, operation};
 use crate::idempotency::{Answer, Busy, IdempotencyKey, Operation};
+use crate::operations::Op;
 use crate::payments::PaymentId;
 use crate::refunds::request::REASONS;
 use crate::refunds::{CreateRefund, ROUTE, RefundId};
@@ -237,7 +238,7 @@ async fn refund(
         Err(message) => message,
         Ok(request) => {
             let asked = request.amount.unwrap_or_default();
-            let op = operation(payment.customer_id, key.clone(), &request)
+            let op = operation(Op::Refund, payment.customer_id, key.clone(), &request)
                 .map_err(|err| WebError::Internal(err.to_string()))?;
             let outcome = submit(&state, op).await?;
             tracing::info!(
@@ -260,7 +261,7 @@ const WAIT_FOR_EARLIER: Duration = Duration::from_secs(5);
 /// live lease: the first click is at the gateway), waits for its stored answer and asks again,
 /// which replays it; past [`WAIT_FOR_EARLIER`], says it is under way.
 async fn submit(state: &AppState, op: Operation) -> Result<Result<Answer, ApiError>, WebError> {
-    let outcome = execute(state.clone(), op.clone()).await;
+    let outcome = execute(state, Op::Refund, op.clone()).await;
     if !matches!(outcome, Err(ApiError::InFlight { reason: Busy::InFlight, .. })) {
         return Ok(outcome);
     }
@@ -269,7 +270,7 @@ async fn submit(state: &AppState, op: Operation) -> Result<Result<Answer, ApiErr
         tokio::time::sleep(Duration::from_millis(100)).await;
         let stored = state.engine.stored_response(op.customer_id, op.key.as_str(), ROUTE).await?;
         if matches!(stored, Some(Some(_))) {
-            return Ok(execute(state.clone(), op).await);
+            return Ok(execute(state, Op::Refund, op).await);
         }
     }
     Ok(outcome)

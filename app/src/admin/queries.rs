@@ -26,18 +26,6 @@ pub const STATUSES: [(&str, &str); 5] = [
     ("expired", "Expired"),
 ];
 
-/// The operations a key can be filtered by: (filter value, the route its keys record, label).
-/// The engine scopes every key to the route it was first used on, so the route *is* the
-/// operation.
-pub const OPERATIONS: [(&str, &str, &str); 2] =
-    [("payment", crate::payments::ROUTE, "Payments"), ("refund", crate::refunds::ROUTE, "Refunds")];
-
-/// The operation of a key recorded on `route`: `payment`, `refund`, or the route itself for one
-/// this version does not know.
-pub fn operation_of(route: &str) -> &str {
-    OPERATIONS.iter().find(|(_, r, _)| *r == route).map_or(route, |(operation, ..)| *operation)
-}
-
 /// Keys by status.
 #[derive(Debug, Default)]
 pub struct Counts {
@@ -162,7 +150,7 @@ pub struct KeyFilter {
     pub customer: Option<Uuid>,
     /// A substring of the client's key.
     pub search: Option<String>,
-    /// Only keys of this route (an operation of [`OPERATIONS`]).
+    /// Only keys of this route (an operation of the registry, [`crate::operations::Op`]).
     pub route: Option<String>,
 }
 

@@ -12,9 +12,10 @@ use axum::routing::post;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{Authenticated, Json};
-use super::payments::{execute_with, operation};
+use super::idempotent::{self, Claims};
 use crate::idempotency::{Busy, IdempotencyKey};
 use crate::lab::{LabError, Strategy};
+use crate::operations::Op;
 use crate::payments::CreatePayment;
 
 pub fn router() -> Router<AppState> {
@@ -31,8 +32,8 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let strategy = Strategy::parse(&strategy).ok_or(ApiError::NotFound)?;
     let request = body.validate().map_err(ApiError::invalid_fields)?;
-    let op = operation(customer.id, key, &request)?;
-    let answer = execute_with(state, strategy, op).await?;
+    let request = idempotent::operation(Op::Payment, customer.id, key, &request)?;
+    let answer = idempotent::execute_with(&state, Claims::of(strategy), Op::Payment, request).await?;
     Ok(answer.stored.into_response(answer.replayed))
 }
 

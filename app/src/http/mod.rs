@@ -57,8 +57,21 @@ pub struct AppState {
     pub webhook_secret: Option<Arc<crate::config::Secret>>,
     /// The claim strategy and lab mode ([`crate::lab`]).
     pub lab: Arc<crate::lab::Lab>,
+    /// Every idempotent operation, by route ([`crate::operations`]): what drives their keys.
+    pub operations: crate::idempotency::Operations,
     /// Where the dashboard's read-only pages read: a replica, or the primary ([`crate::db::Reads`]).
     pub reads: crate::db::Reads,
+}
+
+impl AppState {
+    /// Who claims `op`'s keys on this server: the engine, but for the payments of a lab server
+    /// started with another strategy (`PAYONCE_CLAIM_STRATEGY`). Fixed at startup.
+    pub fn claims(&self, op: crate::operations::Op) -> idempotent::Claims {
+        match op {
+            crate::operations::Op::Payment => idempotent::Claims::of(self.lab.strategy()),
+            _ => idempotent::Claims::Engine,
+        }
+    }
 }
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

@@ -1,26 +1,20 @@
 //! `/v1/payments`: create (idempotent), show, list.
 
-use std::sync::Arc;
-
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use tracing::Instrument;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
 use super::list::{self, ListObject};
 use super::openapi::problems;
 use super::{AppState, idempotent};
-pub use crate::idempotency::Answer;
-use crate::idempotency::{IdempotencyKey, Operation};
-use crate::lab::Strategy;
+use crate::idempotency::IdempotencyKey;
+use crate::operations::Op;
 use crate::payments::model::PaymentView;
-use crate::payments::process::Payments;
-use crate::payments::{self, CreatePayment, NewPayment, PaymentId, store};
+use crate::payments::{CreatePayment, PaymentId, store};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create, list)).routes(routes!(show))
@@ -93,47 +87,9 @@ async fn create(
     Json(body): Json<CreatePayment>,
 ) -> Result<Response, ApiError> {
     let request = body.validate().map_err(ApiError::invalid_fields)?;
-    let op = operation(customer.id, key, &request)?;
-    tracing::debug!(fingerprint = %op.fingerprint.short(), "payment request");
-    let answer = execute(state, op).await?;
-    Ok(answer.stored.into_response(answer.replayed))
+    idempotent::respond(&state, Op::Payment, customer.id, key, &request).await
 }
 
-/// The idempotent operation of creating `request` for a customer under a client key. The shop's
-/// checkout builds its payments here too, so they are fingerprinted exactly like API requests.
-pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewPayment) -> Result<Operation, ApiError> {
-    idempotent::operation(customer_id, key, payments::ROUTE, request)
-}
-
-/// Runs a payment operation to its final answer, or fails with why it has none yet (in flight,
-/// gateway unavailable, …). Used by the API and by the shop's checkout.
-pub async fn execute(state: AppState, op: Operation) -> Result<Answer, ApiError> {
-    let strategy = state.lab.strategy();
-    execute_with(state, strategy, op).await
-}
-
-/// [`execute`] under a given claim strategy: `on-conflict` is the engine, any other one the lab's
-/// ([`crate::lab`]). The one place the lab meets the payment flow.
-pub async fn execute_with(state: AppState, strategy: Strategy, op: Operation) -> Result<Answer, ApiError> {
-    match strategy {
-        Strategy::OnConflict => {
-            let payments = Arc::new(Payments::new(state.gateway.clone()));
-            idempotent::execute(state, payments, op).await
-        }
-        other => {
-            // In a task of its own, as the engine's path is: a client hanging up does not stop it.
-            let work = async move {
-                let answer = crate::lab::submit(&state.lab, state.engine.pool(), &state.gateway, other, &op).await?;
-                Ok(Answer { stored: answer.stored, replayed: answer.replayed })
-            };
-            tokio::spawn(work.in_current_span())
-                .await
-                .map_err(|err| ApiError::Internal(format!("payment task failed: {err}")))?
-        }
-    }
-}
-
-/// One of the caller's payments, as it is now; anyone else's is a 404.
 #[utoipa::path(
     get,
     path = "/v1/payments/{id}",
@@ -197,5 +153,5 @@ async fn list(
         list::id(params.starting_after.as_deref(), PaymentId::parse, "starting_after must be a payment id (pay_…)")?;
     let (payments, has_more) = store::list(state.engine.pool(), customer.id, limit, starting_after).await?;
     let data = payments.iter().map(|p| p.view()).collect();
-    Ok(axum::Json(PaymentList { object: ListObject::List, url: payments::ROUTE, data, has_more }).into_response())
+    Ok(axum::Json(PaymentList { object: ListObject::List, url: Op::Payment.route(), data, has_more }).into_response())
 }

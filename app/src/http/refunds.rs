@@ -1,26 +1,24 @@
 //! `/v1/refunds`: create (idempotent), show, list. The create handler is the whole of what an
-//! endpoint needs to be idempotent: validate, build the [`Operation`], run it through the engine
-//! ([`idempotent::execute`]). The dashboard's refund form runs the very same two functions
-//! ([`operation`], [`execute`]).
-
-use std::sync::Arc;
+//! endpoint needs to be idempotent: validate, then [`idempotent::respond`] with the operation's
+//! entry in the registry ([`Op::Refund`]). The dashboard's refund form runs the very same
+//! functions ([`idempotent::operation`], [`idempotent::execute`]).
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
 use super::list::{self, ListObject};
 use super::openapi::problems;
 use super::{AppState, idempotent};
-use crate::idempotency::{Answer, IdempotencyKey, Operation};
+use crate::idempotency::IdempotencyKey;
+use crate::operations::Op;
 use crate::payments::PaymentId;
 use crate::refunds::model::RefundView;
-use crate::refunds::{self, CreateRefund, NewRefund, RefundId, Refunds, store};
+use crate::refunds::{CreateRefund, RefundId, store};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create, list)).routes(routes!(show))
@@ -81,28 +79,7 @@ async fn create(
     Json(body): Json<CreateRefund>,
 ) -> Result<Response, ApiError> {
     let request = body.validate().map_err(ApiError::invalid_fields)?;
-    let op = operation(customer.id, key, &request)?;
-    idempotent::respond(state.clone(), refunder(&state), op).await
-}
-
-/// The refund as the engine runs it.
-fn refunder(state: &AppState) -> Arc<Refunds> {
-    Arc::new(Refunds::new(state.gateway.clone()))
-}
-
-/// The idempotent operation of refunding `request` for a customer under a client key. The
-/// dashboard's refund form builds its refunds here too, so they are fingerprinted exactly like
-/// API requests.
-pub fn operation(customer_id: Uuid, key: IdempotencyKey, request: &NewRefund) -> Result<Operation, ApiError> {
-    idempotent::operation(customer_id, key, refunds::ROUTE, request)
-}
-
-/// Runs a refund operation through the engine to its final answer (new, replayed, or refused by
-/// the payment), or fails with why it has none yet (in flight, gateway unavailable, …). Used by
-/// the API and by the dashboard's refund form.
-pub async fn execute(state: AppState, op: Operation) -> Result<Answer, ApiError> {
-    let operation = refunder(&state);
-    idempotent::execute(state, operation, op).await
+    idempotent::respond(&state, Op::Refund, customer.id, key, &request).await
 }
 
 /// One of the caller's refunds, as it is now; anyone else's is a 404.
@@ -173,5 +150,5 @@ async fn list(
         list::id(params.starting_after.as_deref(), RefundId::parse, "starting_after must be a refund id (re_…)")?;
     let (refunds, has_more) = store::list(state.engine.pool(), customer.id, payment, limit, starting_after).await?;
     let data = refunds.iter().map(|r| r.view()).collect();
-    Ok(axum::Json(RefundList { object: ListObject::List, url: refunds::ROUTE, data, has_more }).into_response())
+    Ok(axum::Json(RefundList { object: ListObject::List, url: Op::Refund.route(), data, has_more }).into_response())
 }

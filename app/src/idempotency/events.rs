@@ -19,7 +19,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-/// What happened to a key. The strings are the `kind` column's allowed values.
+/// What happened to a key, in the engine's words. An operation's phases are events too, named by
+/// their recovery point (`payment_created`, `refund_created`): the operation writes them with
+/// its first write, the engine counts them ([`count_phase`]), and no list here (nor a database
+/// constraint) needs to know them: a new operation adds its phases without editing the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     Claimed,
@@ -27,7 +30,6 @@ pub enum EventKind {
     Conflict,
     Mismatch,
     Reclaimed,
-    PaymentCreated,
     Completed,
     Released,
     LeaseLost,
@@ -39,11 +41,26 @@ pub enum EventKind {
     Reconciled,
     /// A webhook event about the key's payment arrived.
     Webhook,
-    /// Recovery point reached: the refund row exists and its amount is reserved on the payment.
-    RefundCreated,
 }
 
 impl EventKind {
+    /// Every one of them.
+    pub const ALL: [Self; 13] = [
+        Self::Claimed,
+        Self::Replayed,
+        Self::Conflict,
+        Self::Mismatch,
+        Self::Reclaimed,
+        Self::Completed,
+        Self::Released,
+        Self::LeaseLost,
+        Self::Failed,
+        Self::Expired,
+        Self::Refused,
+        Self::Reconciled,
+        Self::Webhook,
+    ];
+
     /// The value stored in `idempotency_events.kind`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -52,7 +69,6 @@ impl EventKind {
             Self::Conflict => "conflict",
             Self::Mismatch => "mismatch",
             Self::Reclaimed => "reclaimed",
-            Self::PaymentCreated => "payment_created",
             Self::Completed => "completed",
             Self::Released => "released",
             Self::LeaseLost => "lease_lost",
@@ -61,7 +77,6 @@ impl EventKind {
             Self::Refused => "refused",
             Self::Reconciled => "reconciled",
             Self::Webhook => "webhook",
-            Self::RefundCreated => "refund_created",
         }
     }
 
@@ -70,6 +85,12 @@ impl EventKind {
     pub fn count(self, n: u64) {
         metrics::counter!("payonce_idempotency_events_total", "kind" => self.as_str()).increment(n);
     }
+}
+
+/// Counts `n` events of an operation's phase (its recovery point's name) in the same metric as
+/// the engine's own kinds.
+pub fn count_phase(point: &super::RecoveryPoint, n: u64) {
+    metrics::counter!("payonce_idempotency_events_total", "kind" => point.as_str().to_owned()).increment(n);
 }
 
 /// One event on its way to the table.

@@ -261,9 +261,10 @@ impl std::fmt::Debug for Operations {
 }
 
 impl Operations {
-    /// Adds an operation (one per route).
-    pub fn with(mut self, operation: impl Idempotent + 'static) -> Self {
-        self.by_route.insert(operation.route(), Arc::new(operation));
+    /// Adds an operation (one per route: a second one for a route is a programming error).
+    pub fn with(mut self, operation: Arc<dyn Idempotent>) -> Self {
+        let previous = self.by_route.insert(operation.route(), operation);
+        assert!(previous.is_none(), "two operations registered for one route");
         self
     }
 

@@ -210,7 +210,7 @@ async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPay
     .fetch_optional(conn)
     .await?;
     let Some(created_at) = created_at else { return Ok(None) };
-    EventKind::PaymentCreated.count(1);
+    crate::idempotency::events::count_phase(&PAYMENT_CREATED, 1);
     Ok(Some(Payment::pending(id, lease.customer_id, request, metadata, created_at)))
 }
 

@@ -25,7 +25,7 @@ pub mod store;
 pub mod webhook;
 
 pub use model::{Refund, RefundId, RefundStatus};
-pub use process::Refunds;
+pub use process::{REFUND_CREATED, Refunds};
 pub use request::{CreateRefund, NewRefund};
 
 /// The route whose keys this module drives, as recorded on each key.

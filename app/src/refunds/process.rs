@@ -39,7 +39,7 @@ use crate::customers::CustomerId;
 use crate::failpoint;
 use crate::gateway::{self, Gateway, RefundCall, RefundOutcome};
 use crate::http::problem::{self, Problem};
-use crate::idempotency::{Begun, BoxFuture, EventKind, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
+use crate::idempotency::{Begun, BoxFuture, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
 use crate::payments::PaymentId;
 use crate::payments::process::refusal_detail;
 
@@ -212,7 +212,7 @@ async fn reserve(
     .fetch_optional(&mut *conn)
     .await?
     .ok_or_else(|| sqlx::Error::Protocol("the payment's row changed under its lock".into()))?;
-    EventKind::RefundCreated.count(1);
+    crate::idempotency::events::count_phase(&REFUND_CREATED, 1);
     let refund = Refund {
         id,
         customer_id: lease.customer_id,

@@ -1,7 +1,7 @@
 //! The demo shop: the customer's side of the story, and a double-click-proof checkout.
 //!
 //! The checkout form carries an idempotency key the server generated when it rendered the page
-//! (a UUID v7). Paying runs the very code of `POST /v1/payments` ([`crate::http::payments::execute`])
+//! (a UUID v7). Paying runs the very code of `POST /v1/payments` ([`crate::http::idempotent::execute`])
 //! under that key, so a double click, a resubmit, or the back button and Pay again all arrive
 //! as retries of one request, and the customer is charged once. Results follow
 //! post/redirect/get: a payment ends on its receipt's URL, which can be reloaded safely.
@@ -35,8 +35,9 @@ use uuid::Uuid;
 
 use crate::http::AppState;
 use crate::http::error::ApiError;
-use crate::http::payments::{execute, operation};
+use crate::http::idempotent::{execute, operation};
 use crate::idempotency::{IdempotencyKey, StoredResponse};
+use crate::operations::Op;
 use crate::payments::{CreatePayment, PaymentId, PaymentStatus, store};
 use crate::web::page::{self, WebError};
 use crate::web::{csrf, money, rfc3339, session};
@@ -276,9 +277,9 @@ async fn pay(
     };
     let request =
         body.validate().map_err(|errors| WebError::Internal(format!("catalogue payment invalid: {errors:?}")))?;
-    let op =
-        operation(signed_in.shopper.id, key.clone(), &request).map_err(|err| WebError::Internal(err.to_string()))?;
-    match execute(state.clone(), op).await {
+    let op = operation(Op::Payment, signed_in.shopper.id, key.clone(), &request)
+        .map_err(|err| WebError::Internal(err.to_string()))?;
+    match execute(&state, Op::Payment, op).await {
         Ok(answer) => outcome(&state, &signed_in, &key.to_string(), answer.stored).await,
         // Another request with this key (the first of a double click) holds it: follow it.
         Err(ApiError::InFlight { .. }) => Ok(Redirect::to(&format!("/shop/payments/{key}")).into_response()),

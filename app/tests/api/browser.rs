@@ -44,7 +44,8 @@ pub async fn claim_and_crash(
     let customer = payonce::customers::authenticate(&app.db, api_key).await.unwrap().expect("a customer");
     let request = serde_json::from_value::<CreatePayment>(body).unwrap().validate().unwrap();
     let key = IdempotencyKey::new(key.to_owned()).unwrap();
-    let op = payonce::http::payments::operation(customer.id, key, &request).unwrap();
+    let op =
+        payonce::http::idempotent::operation(payonce::operations::Op::Payment, customer.id, key, &request).unwrap();
     match engine.claim(&op, owner).await.expect("claim") {
         Claim::Acquired(lease) => lease,
         other => panic!("expected to acquire the key, got {other:?}"),

@@ -22,6 +22,7 @@ mod keys;
 mod lab;
 mod login;
 mod openapi;
+mod operations;
 mod outage;
 mod pending;
 mod pending_refunds;

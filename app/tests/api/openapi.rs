@@ -681,6 +681,7 @@ async fn every_route_is_described_and_served() {
         auth: Arc::new(Authenticator::new(pool.clone())),
         reads: payonce::db::Reads::primary(pool),
         web: payonce::web::WebState::new(Default::default(), gateway.base_url()),
+        operations: payonce::operations::registry(&gateway),
         gateway,
         webhook_secret: None,
         // Not in lab mode: the lab's routes are not served, nor described (http::openapi).
