@@ -316,7 +316,9 @@ impl Lease {
     /// `conn`: the operation's last business write and the stored response commit together, so a
     /// replay can never disagree with the resource. `failed` stores it as a key given up
     /// (`state = 'failed'`) rather than answered. Records a `completed` (or `failed`) event with
-    /// `detail`.
+    /// `detail`. The write is the database's `idempotency_finish`, which an operation may also
+    /// call from its own last statement to save a round trip (the payment's finish does); either
+    /// way counted with [`Self::finished`].
     pub async fn finish_in(
         &self,
         conn: &mut PgConnection,
@@ -324,27 +326,14 @@ impl Lease {
         failed: bool,
         detail: Value,
     ) -> Result<(), FenceError> {
-        let state = if failed { "failed" } else { "completed" };
         let finished = sqlx::query_scalar!(
             r#"
-            with finished as (
-                update idempotency_keys
-                   set state = $3, recovery_point = case when $3 = 'completed' then 'finished' else recovery_point end,
-                       response_status = $4, response_headers = $5, response_body = $6,
-                       locked_until = null, completed_at = now(), updated_at = now()
-                 where id = $1 and lease_token = $2 and state = 'processing'
-                returning id, customer_id, lease_token, recovery_point
-            ), event as (
-                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
-                select id, customer_id, $3, lease_token,
-                       $7::jsonb || jsonb_build_object('status', $4::int2, 'recovery_point', recovery_point)
-                from finished
-            )
-            select count(*) as "finished!" from finished
+            select count(*) as "finished!"
+            from idempotency_finish($1, $2, $3, $4, $5, $6, $7)
             "#,
             self.key_id,
             self.token,
-            state,
+            failed,
             response.status.as_u16() as i16,
             response.headers_json(),
             response.body.as_ref(),
@@ -352,7 +341,13 @@ impl Lease {
         )
         .fetch_one(&mut *conn)
         .await?;
-        if finished != 1 {
+        self.finished(finished == 1, failed)
+    }
+
+    /// After `idempotency_finish` ran (here or in an operation's own statement): whether it
+    /// finished the key (`false`: the lease was lost, and that is recorded and returned), counted.
+    pub fn finished(&self, finished: bool, failed: bool) -> Result<(), FenceError> {
+        if !finished {
             return Err(self.lost().into());
         }
         if failed { EventKind::Failed } else { EventKind::Completed }.count(1);

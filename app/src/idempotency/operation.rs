@@ -59,7 +59,8 @@ pub trait Idempotent: Send + Sync {
     /// used. What it inserted may be handed to [`Self::resume`] with [`Lease::carry`].
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>>;
 
-    /// Drives a held key from `lease.recovery_point` to its stored final response.
+    /// Drives a held key from `lease.recovery_point` (its first phase or later: the engine
+    /// begins a key still at `started` itself) to its stored final response.
     fn resume(&self, lease: Lease) -> BoxFuture<'_, Result<StoredResponse, ProcessError>>;
 }
 
@@ -146,7 +147,7 @@ impl Engine {
                 Claim::Completed(stored) => return Ok(Answer { stored, replayed: true }),
                 Claim::Rejected(stored) => return Ok(Answer { stored, replayed: false }),
                 Claim::InFlight { retry_after, reason } => return Err(SubmitError::Busy { retry_after, reason }),
-                Claim::Acquired(lease) => match operation.resume(lease).await {
+                Claim::Acquired(lease) => match self.drive(operation, lease).await {
                     Ok(stored) => return Ok(Answer { stored, replayed: false }),
                     Err(ProcessError::LeaseLost(_)) => continue,
                     Err(err) => return Err(err.into()),
@@ -156,8 +157,20 @@ impl Engine {
         Err(SubmitError::Busy { retry_after: Duration::from_secs(1), reason: Busy::InFlight })
     }
 
-    /// For a key at `started` (claimed without its first write: an older version's key, or a
-    /// plain [`Engine::claim`]): writes the operation's first phase in a transaction of its own,
+    /// Drives a held key with `operation` to its stored response. A key still at `started`
+    /// (claimed without its first write: an older version's key, or a plain [`Engine::claim`])
+    /// gets its first write first ([`Engine::begin`]): if the resource refuses, that is the key's
+    /// final answer. So no operation handles `started` itself.
+    pub async fn drive(&self, operation: &dyn Idempotent, mut lease: Lease) -> Result<StoredResponse, ProcessError> {
+        if lease.recovery_point == RecoveryPoint::STARTED
+            && let Begun::Rejected(response) = self.begin(operation, &mut lease).await?
+        {
+            return Ok(response);
+        }
+        operation.resume(lease).await
+    }
+
+    /// For a key at `started`: writes the operation's first phase in a transaction of its own,
     /// fenced. A rejection is stored as the key's final answer (`failed`): nobody else would
     /// ever answer it.
     pub async fn begin(&self, operation: &dyn Idempotent, lease: &mut Lease) -> Result<Begun, ProcessError> {
@@ -273,10 +286,10 @@ impl Operations {
         self.by_route.get(route)
     }
 
-    /// Drives a held key with the operation it was claimed for.
+    /// Drives a held key with the operation it was claimed for ([`Engine::drive`]).
     pub async fn resume(&self, lease: Lease) -> Result<StoredResponse, ProcessError> {
         match self.get(&lease.route) {
-            Some(operation) => operation.resume(lease).await,
+            Some(operation) => lease.engine().clone().drive(operation.as_ref(), lease).await,
             None => Err(ProcessError::Corrupt {
                 key_id: lease.key_id,
                 reason: format!("no operation serves route {}", lease.route),

@@ -92,19 +92,9 @@ impl Idempotent for Payments {
 pub async fn run(gateway: &Gateway, mut lease: Lease) -> Result<StoredResponse, ProcessError> {
     let point = lease.recovery_point.as_str().to_owned();
     let payment = match point.as_str() {
-        "started" if !lease.within_horizon() => {
-            // The payment row never existed, so no create call was ever sent: nothing charged.
-            return not_charged(&lease, None, "payonce never sent this payment to the gateway").await;
-        }
-        "started" => {
-            failpoint::hit("after_claim").await;
-            let engine = lease.engine().clone();
-            engine.begin(&Payments::new(gateway.clone()), &mut lease).await?;
-            failpoint::hit("after_payment_created").await;
-            lease.take::<Payment>().ok_or_else(|| corrupt(&lease, "the first write made no payment".into()))?
-        }
         point if point == PAYMENT_CREATED.as_str() => match lease.take::<Payment>() {
-            // Just claimed: the claim's transaction inserted the payment (and committed both).
+            // Just claimed (or just begun from `started`, by the engine): the payment was inserted
+            // with the key (and committed with it).
             Some(payment) => {
                 failpoint::hit("after_claim").await;
                 failpoint::hit("after_payment_created").await;
@@ -114,7 +104,8 @@ pub async fn run(gateway: &Gateway, mut lease: Lease) -> Result<StoredResponse, 
                 .await?
                 .ok_or_else(|| corrupt(&lease, "at payment_created without a payment".into()))?,
         },
-        // A finished key is final, and a final key's lease is never handed out.
+        // The engine begins a key at `started` before it resumes it; a finished key is final, and
+        // a final key's lease is never handed out.
         other => {
             return Err(corrupt(&lease, format!("asked to resume a key at {other}")));
         }
@@ -253,12 +244,7 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
     let finished = sqlx::query_scalar!(
         r#"
         with finished as (
-            update idempotency_keys
-               set state = 'completed', recovery_point = 'finished',
-                   response_status = $3, response_headers = $4, response_body = $5,
-                   locked_until = null, completed_at = now(), updated_at = now()
-             where id = $1 and lease_token = $2 and state = 'processing' and recovery_point = 'payment_created'
-            returning id, customer_id, lease_token
+            select * from idempotency_finish($1, $2, false, $3, $4, $5, jsonb_build_object('payment_status', $6::text))
         ), payment as (
             update payments p
                set status = $6, gateway_payment_intent_id = coalesce($7, p.gateway_payment_intent_id),
@@ -268,12 +254,8 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
                                   end,
                    updated_at = now()
               from finished
-             where p.key_id = finished.id and payment_status_rank($6) > payment_status_rank(p.status)
-        ), event as (
-            insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
-            select id, customer_id, 'completed', lease_token,
-                   jsonb_build_object('status', $3::int2, 'payment_status', $6::text)
-            from finished
+             where p.key_id = finished.key_id and p.customer_id = finished.customer_id
+               and payment_status_rank($6) > payment_status_rank(p.status)
         )
         select count(*) as "finished!" from finished
         "#,
@@ -293,12 +275,7 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
     )
     .fetch_one(lease.engine().pool())
     .await?;
-    if finished == 1 {
-        EventKind::Completed.count(1);
-        Ok(())
-    } else {
-        Err(lease.lost().into())
-    }
+    Ok(lease.finished(finished == 1, false)?)
 }
 
 /// Gives a key up for good once the gateway has confirmed there is no charge for it (or it never

@@ -98,13 +98,6 @@ impl Idempotent for Refunds {
 async fn run(gateway: &Gateway, mut lease: Lease) -> Result<StoredResponse, ProcessError> {
     let point = lease.recovery_point.as_str().to_owned();
     let created = match point.as_str() {
-        "started" => {
-            let engine = lease.engine().clone();
-            if let Begun::Rejected(response) = engine.begin(&Refunds::new(gateway.clone()), &mut lease).await? {
-                return Ok(response);
-            }
-            lease.take::<Created>()
-        }
         point if point == REFUND_CREATED.as_str() => lease.take::<Created>(),
         other => return Err(corrupt(&lease, format!("asked to resume a key at {other}"))),
     };
