@@ -6,8 +6,10 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::admin::{page, sign_in};
 use crate::admin_refunds::api_refund;
-use crate::helpers::{TestApp, parts};
+use crate::browser::create_admin;
+use crate::helpers::{TestApp, browser_client, field, parts};
 
 /// A payment of `amount` (minor units) in `currency`, with the test card that succeeds.
 fn priced(amount: i64, currency: &str) -> Value {
@@ -103,4 +105,110 @@ async fn the_api_refuses_a_refund_stripe_refuses_for_the_currency() {
     assert_eq!(refund_rows(&app).await, [(1000, "kwd".to_owned(), "succeeded".to_owned())]);
     let ledger = app.ledger.refunds().await;
     assert_eq!((ledger.len(), &ledger[0]["amount"], &ledger[0]["currency"]), (1, &json!(1000), &json!("kwd")));
+}
+
+/// The dashboard and the shop write each amount in its currency's own units, with thousands
+/// separators: yen whole, dinars with three decimals, króna whole (Stripe's `50000` is 500 ISK);
+/// the refund form proposes what remains the same way.
+#[tokio::test]
+async fn pages_write_each_currency_in_its_own_units() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let acme = app.customer("acme").await;
+    let yen = paid_in(&app, &acme, "order-jpy", 100_000, "jpy").await;
+    let dinars = paid_in(&app, &acme, "order-kwd", 12_340, "kwd").await;
+    let kronur = paid_in(&app, &acme, "order-isk", 50_000, "isk").await;
+    api_refund(&app, &acme, "refund-jpy", json!({"payment": yen, "amount": 2500})).await;
+    let client = browser_client();
+    sign_in(&app, &client).await;
+
+    let body = page(&app, &client, &format!("/admin/payments/{yen}")).await;
+    assert!(body.contains("<dd>100,000 JPY</dd>"), "{body}");
+    assert!(body.contains(r#"<dd id="amount-refunded">2,500 JPY</dd>"#), "{body}");
+    assert!(body.contains(r#"<dd id="amount-remaining">97,500 JPY</dd>"#), "{body}");
+    assert_eq!(field(&body, "amount"), "97500", "the form proposes whole yen");
+    let body = page(&app, &client, &format!("/admin/payments/{dinars}")).await;
+    assert!(body.contains("<dd>12.340 KWD</dd>"), "{body}");
+    assert_eq!(field(&body, "amount"), "12.340");
+    let body = page(&app, &client, &format!("/admin/payments/{kronur}")).await;
+    assert!(body.contains("<dd>500 ISK</dd>"), "{body}");
+    assert_eq!(field(&body, "amount"), "500");
+    let keys = page(&app, &client, &format!("/admin/keys/{}", crate::admin::key_id(&app, "order-jpy").await)).await;
+    assert!(keys.contains("100,000 JPY"), "{keys}");
+
+    // The shop: the customer's payments and a receipt.
+    let shopper = browser_client();
+    let home = shopper.get(app.url("/")).send().await.unwrap().text().await.unwrap();
+    shopper
+        .post(app.url("/shop/sign-in"))
+        .form(&[("csrf", field(&home, "csrf").as_str()), ("api_key", acme.as_str())])
+        .send()
+        .await
+        .unwrap();
+    let home = shopper.get(app.url("/")).send().await.unwrap().text().await.unwrap();
+    for shown in ["100,000 JPY", "12.340 KWD", "500 ISK"] {
+        assert!(home.contains(shown), "{shown}: {home}");
+    }
+    let receipt = shopper.get(app.url(&format!("/shop/receipts/{yen}"))).send().await.unwrap().text().await.unwrap();
+    assert!(receipt.contains("Paid 100,000 JPY"), "{receipt}");
+}
+
+/// In a real browser (headless Chromium), the issue's proof: an operator refunds 500 yen of a
+/// 100,000 JPY payment by typing `500` in the refund form, and 1.25 dinars of a 12.340 KWD one by
+/// typing `1.25`; the database and the simulator's ledger hold 500 and 1250 (minor units), not
+/// 50,000 and 125. An amount Stripe would refuse (1.255 KWD) is refused with a message, and
+/// nothing is refunded.
+#[tokio::test]
+async fn in_a_browser_yen_and_dinars_are_refunded_in_their_own_units() {
+    use crate::chromium::Browser;
+
+    /// Opens the payment page's refund form, types `amount` and sends it.
+    async fn refund(browser: &Browser, amount: &str) {
+        browser.click("#refund-summary").await;
+        browser.fill("refund-amount", amount).await;
+        browser.click("#refund").await;
+    }
+
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let acme = app.customer("acme").await;
+    let yen = paid_in(&app, &acme, "order-jpy", 100_000, "jpy").await;
+    let dinars = paid_in(&app, &acme, "order-kwd", 12_340, "kwd").await;
+    let browser = Browser::start().await;
+    let path = format!("/admin/payments/{yen}");
+    browser.goto(&app.url(&path)).await;
+    crate::browser::sign_in(&browser).await;
+    browser.wait_for_path(&path).await;
+    browser.wait_for_text("100,000 JPY").await;
+
+    refund(&browser, "500").await;
+    browser.wait_for_text("Refunded 500 JPY: refund re_").await;
+    assert!(browser.text().await.contains("99,500 JPY"), "what remains: {}", browser.text().await);
+    assert_eq!(refund_rows(&app).await, [(500, "jpy".to_owned(), "succeeded".to_owned())]);
+    let ledger = app.ledger.refunds().await;
+    assert_eq!((ledger.len(), &ledger[0]["amount"], &ledger[0]["currency"]), (1, &json!(500), &json!("jpy")));
+
+    let path = format!("/admin/payments/{dinars}");
+    browser.goto(&app.url(&path)).await;
+    browser.wait_for_text("12.340 KWD").await;
+    refund(&browser, "1.255").await;
+    browser.wait_for_text("Nothing was refunded").await;
+    let said = browser.text().await;
+    assert!(said.contains("“1.255” is not an amount Stripe takes: its KWD amounts end in 0"), "{said}");
+    assert_eq!(refund_rows(&app).await.len(), 1, "1.255 KWD refunded nothing");
+
+    refund(&browser, "1.25").await;
+    browser.wait_for_text("Refunded 1.250 KWD: refund re_").await;
+    browser.screenshot("admin-payment-refunded-dinars").await;
+    let rows = refund_rows(&app).await;
+    assert_eq!(rows[1], (1250, "kwd".to_owned(), "succeeded".to_owned()), "{rows:?}");
+    let ledger = app.ledger.refunds().await;
+    assert_eq!(ledger.len(), 2);
+    assert_eq!((&ledger[1]["amount"], &ledger[1]["currency"]), (&json!(1250), &json!("kwd")));
+    let refunded: Vec<i64> = sqlx::query_scalar("select amount_refunded from payments order by created_at")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(refunded, [500, 1250]);
+    browser.close().await;
 }
