@@ -32,6 +32,8 @@
 //!   operator     the dashboard's fenced actions: release a stuck key, expire a final one
 //!   operation    the seam an operation implements (`Idempotent`: route, first write, resume),
 //!                and the registry the sweeper drives abandoned keys through
+//! money          amounts in each currency's minor unit as Stripe defines it (ISO 4217 plus
+//!                Stripe's exceptions): formatting, parsing, and the amounts Stripe refuses
 //! payments       the payment resource:
 //!   process      its recovery points (started → payment_created → finished): one short
 //!                statement each, the gateway call between them
@@ -101,6 +103,7 @@ pub mod inbox;
 pub mod lab;
 pub mod listener;
 pub mod metrics;
+pub mod money;
 pub mod operations;
 pub mod payments;
 pub mod refunds;

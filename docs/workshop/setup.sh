@@ -78,11 +78,12 @@ down() { stop_process dashboard TERM; stop_process serve TERM; stop_process sim 
 # `logs`: follows every log.
 logs() { tail -n 20 -F "$WORKSHOP_DIR"/*.log; }
 
-# `pay KEY [AMOUNT] [PAYMENT_METHOD]`: one payment, the whole answer (status line, headers, body).
+# `pay KEY [AMOUNT] [PAYMENT_METHOD] [CURRENCY]`: one payment, the whole answer (status line,
+# headers, body). AMOUNT is in the currency's minor unit as Stripe defines it (cents; whole yen).
 pay() {
     curl -si "$API/v1/payments" -H "Authorization: Bearer $KEY" \
         -H "Idempotency-Key: $1" -H 'Content-Type: application/json' \
-        -d "{\"amount\": ${2:-1000}, \"currency\": \"usd\", \"payment_method\": \"${3:-pm_card_visa}\"}"
+        -d "{\"amount\": ${2:-1000}, \"currency\": \"${4:-usd}\", \"payment_method\": \"${3:-pm_card_visa}\"}"
     echo
 }
 

@@ -33,6 +33,7 @@ use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::http::idempotent::{execute, operation};
 use crate::idempotency::{Answer, Busy, IdempotencyKey, Operation};
+use crate::money::Currency;
 use crate::operations::Op;
 use crate::payments::PaymentId;
 use crate::refunds::request::REASONS;
@@ -93,9 +94,12 @@ struct RefundLine {
 /// The refund form as rendered: its own key, and the amount it proposes.
 struct RefundForm {
     key: String,
-    /// What remains, in the currency's major unit (`12.50`).
+    /// What remains, in the currency's major unit as a person writes it (`12.50`, `97500` yen,
+    /// `12.340` dinars).
     amount: String,
     currency: String,
+    /// The amount field's HTML `pattern`: as many decimals as the currency has.
+    pattern: String,
     reasons: &'static [&'static str],
 }
 
@@ -121,20 +125,24 @@ async fn show(
     let refunds = queries::refunds_of(pool, id.0).await?;
     let pending: i64 = refunds.iter().filter(|r| r.status == "pending").map(|r| r.amount).sum();
     let remaining = p.amount - p.amount_refunded;
-    let (form, no_form) = match (p.status.as_str(), remaining) {
-        ("succeeded", remaining) if remaining > 0 => (
+    let (form, no_form) = match (p.status.as_str(), remaining, Currency::of(&p.currency)) {
+        ("succeeded", remaining, Some(currency)) if remaining > 0 => (
             Some(RefundForm {
                 key: Uuid::now_v7().to_string(),
-                amount: major(remaining),
-                currency: p.currency.to_ascii_uppercase(),
+                amount: currency.major(remaining),
+                currency: currency.code().to_owned(),
+                pattern: currency.input_pattern(),
                 reasons: &REASONS,
             }),
             String::new(),
         ),
-        ("succeeded", _) => {
+        ("succeeded", remaining, None) if remaining > 0 => {
+            (None, format!("Its currency, {}, is not one Stripe supports.", p.currency.to_ascii_uppercase()))
+        }
+        ("succeeded", _, _) => {
             (None, "Nothing remains to refund: its refunds (pending ones included) take all of it.".into())
         }
-        (status, _) => (None, format!("Only a succeeded payment can be refunded; this one is {status}.")),
+        (status, _, _) => (None, format!("Only a succeeded payment can be refunded; this one is {status}.")),
     };
     let refunds = refunds
         .into_iter()
@@ -283,12 +291,13 @@ fn refund_request(
     form: &RefundFormData,
     operator: &str,
 ) -> Result<crate::refunds::NewRefund, Flash> {
-    let amount = parse_amount(&form.amount).ok_or_else(|| {
-        Flash::error(format!(
-            "Nothing was refunded: “{}” is not an amount. Write it in {}, e.g. 12.50.",
-            form.amount.trim(),
-            payment.currency.to_ascii_uppercase()
-        ))
+    let currency = Currency::of(&payment.currency).ok_or_else(|| {
+        Flash::error(format!("Nothing was refunded: {} is not a currency Stripe supports.", payment.currency))
+    })?;
+    // Read in the payment's own units (500 is 500 yen, 1.25 is 1.250 dinars), refusing what
+    // Stripe would refuse for the currency before anything is sent.
+    let amount = currency.parse(&form.amount).map_err(|error| {
+        Flash::error(format!("Nothing was refunded: “{}” {}.", form.amount.trim(), currency.explain(&error)))
     })?;
     let reason = Some(form.reason.trim().to_owned()).filter(|reason| !reason.is_empty());
     let body =
@@ -371,46 +380,9 @@ fn outcome_message(outcome: Result<Answer, ApiError>, asked: i64, currency: &str
     Ok(Flash::error(text))
 }
 
-/// Minor units as the form writes them: `1250` → `12.50` (the two decimals [`money`] shows).
-fn major(amount: i64) -> String {
-    format!("{}.{:02}", amount / 100, amount % 100)
-}
-
-/// An amount as an operator types it, in the currency's major unit with up to two decimals
-/// (`12`, `12.5`, `12.50`), to minor units; `None` for anything else, zero included.
-fn parse_amount(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
-    let digits = |s: &str, max: usize| s.len() <= max && s.bytes().all(|b| b.is_ascii_digit());
-    if whole.is_empty() || !digits(whole, 12) || !digits(fraction, 2) || (text.contains('.') && fraction.is_empty()) {
-        return None;
-    }
-    let cents = match fraction.len() {
-        0 => 0,
-        1 => fraction.parse::<i64>().ok()? * 10,
-        _ => fraction.parse::<i64>().ok()?,
-    };
-    let amount = whole.parse::<i64>().ok()?.checked_mul(100)?.checked_add(cents)?;
-    (amount > 0).then_some(amount)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Amounts are read as the form shows them, without floating point; anything else is refused.
-    #[test]
-    fn amounts() {
-        assert_eq!(parse_amount("12.50"), Some(1250));
-        assert_eq!(parse_amount(" 12.5 "), Some(1250));
-        assert_eq!(parse_amount("12"), Some(1200));
-        assert_eq!(parse_amount("0.05"), Some(5));
-        assert_eq!(major(1250), "12.50");
-        assert_eq!(parse_amount(&major(7)), Some(7));
-        for refused in ["", "0", "0.00", "12.", ".5", "12.505", "-1", "1e3", "12,50", "1 000", "9999999999999"] {
-            assert_eq!(parse_amount(refused), None, "{refused:?}");
-        }
-    }
 
     /// A pending refund says when the gateway is asked next, or why not yet; a final one nothing.
     #[test]

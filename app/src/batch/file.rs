@@ -211,7 +211,7 @@ fn parse_amount(cell: &str) -> Result<i64, String> {
     }
     if !cell.bytes().all(|b| b.is_ascii_digit()) {
         return Err(
-            "must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD), digits only"
+            "must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD, 1999 for 1,999 JPY), digits only"
                 .to_owned(),
         );
     }
@@ -270,8 +270,8 @@ mod tests {
         assert_eq!(
             found,
             [
-                "line 3: amount \"12.50\" must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD), digits only",
-                "line 4: amount \"-3\" must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD), digits only",
+                "line 3: amount \"12.50\" must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD, 1999 for 1,999 JPY), digits only",
+                "line 4: amount \"-3\" must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD, 1999 for 1,999 JPY), digits only",
                 "line 5: amount \"0\" must be positive",
                 "line 6: row_id \"a\" is already used on line 2",
                 "line 7: currency must be a three-letter ISO 4217 code that Stripe supports, e.g. \"usd\"",
@@ -281,6 +281,21 @@ mod tests {
                 "line 10: amount \"100000000\" must be at most 99999999",
             ]
         );
+    }
+
+    /// An amount Stripe would refuse for its row's currency is a problem of its line, in the
+    /// API's words: three-decimal amounts end in 0, króna are whole (two decimals of 00).
+    #[test]
+    fn refuses_amounts_stripe_refuses_for_the_currency() {
+        let csv = "row_id,amount,currency,payment_method\n\
+                   a,100000,jpy,pm_card_visa\n\
+                   b,12345,kwd,pm_card_visa\n\
+                   c,550,isk,pm_card_visa\n\
+                   d,12340,kwd,pm_card_visa\n";
+        let found = problems(csv);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].starts_with("line 3: amount must be a multiple of 10 for KWD"), "{found:?}");
+        assert!(found[1].starts_with("line 4: amount must be a multiple of 100 for ISK"), "{found:?}");
     }
 
     /// A header without a required column, with an unknown or a repeated one.
@@ -319,7 +334,7 @@ mod tests {
             found[1..],
             [
                 "line 1: the header has no currency column",
-                "line 3: amount \"-1\" must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD), digits only",
+                "line 3: amount \"-1\" must be a positive whole number of the currency's minor unit (e.g. 1999 for 19.99 USD, 1999 for 1,999 JPY), digits only",
                 "line 4: has 3 fields; the header has 4",
             ]
         );

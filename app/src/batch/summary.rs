@@ -116,11 +116,12 @@ impl Summary<'_> {
         for (row, result) in attention.iter().take(LISTED) {
             let _ = writeln!(
                 out,
-                "  line {} row_id {:?}: {}{}",
+                "  line {} row_id {:?}: {}{} [{}]",
                 row.line,
                 row.row_id.as_str(),
                 result.outcome.as_str(),
-                if result.detail.is_empty() { String::new() } else { format!(": {}", result.detail) }
+                if result.detail.is_empty() { String::new() } else { format!(": {}", result.detail) },
+                crate::money::format(row.payment.amount, &row.payment.currency)
             );
         }
         if attention.len() > LISTED {
@@ -177,7 +178,7 @@ mod tests {
         assert!(summary.render().ends_with("OK (exit 0)\n"), "{}", summary.render());
         summary.fail_on_decline = true;
         assert_eq!(summary.exit(), Exit::RowsFailed);
-        assert!(summary.render().contains("line 3 row_id \"r1\": declined: why"), "{}", summary.render());
+        assert!(summary.render().contains("line 3 row_id \"r1\": declined: why [1.00 USD]"), "{}", summary.render());
         summary.stopped = Some("interrupted".into());
         assert_eq!(summary.exit(), Exit::Stopped);
         let changed = [result(Outcome::Replayed), result(Outcome::Changed), result(Outcome::Replayed)];

@@ -17,7 +17,7 @@ use crate::db::Failure;
 use crate::gateway::GatewayError;
 use crate::gateway::outcome::RefusalReason;
 use crate::idempotency::claim::retry_after as whole_seconds;
-use crate::idempotency::{Busy, ClaimError, KeyError};
+use crate::idempotency::{Busy, ClaimError, KeyError, StoredResponse};
 use crate::payments::FieldError;
 use crate::payments::process::ProcessError;
 
@@ -84,6 +84,14 @@ impl ApiError {
     /// A 400 with a single message.
     pub fn invalid(detail: impl Into<String>) -> Self {
         Self::InvalidRequest { detail: detail.into(), errors: Vec::new() }
+    }
+
+    /// The error as an operation's first write answers it ([`crate::idempotency::Begun::Rejected`]:
+    /// the claim is rolled back and the answer not stored), for an error with no headers of its
+    /// own (a 400 about the request's fields).
+    pub fn to_stored(&self) -> StoredResponse {
+        let problem = self.problem();
+        StoredResponse::new(problem.status, super::problem::CONTENT_TYPE, None, problem.to_json())
     }
 
     fn problem(&self) -> Problem {

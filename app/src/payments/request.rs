@@ -1,12 +1,11 @@
 //! The body of `POST /v1/payments`, and its validation into the canonical [`NewPayment`].
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use stripe_types::Currency;
 
 use crate::db::can_store;
+use crate::money::Currency;
 
 /// The largest amount accepted, in minor units: Stripe's limit for most currencies (eight digits).
 pub const MAX_AMOUNT: i64 = 99_999_999;
@@ -32,7 +31,9 @@ const NUL: &str = "must not contain the NUL character (\\u0000)";
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct CreatePayment {
-    /// Amount in the currency's minor unit (cents for USD).
+    /// Amount in the currency's minor unit as Stripe defines it: cents for USD, yen for JPY,
+    /// thousandths ending in 0 for the three-decimal dinars (KWD …), hundredths that are always
+    /// `00` for ISK and UGX.
     #[schema(minimum = 1, maximum = 99_999_999)]
     pub amount: i64,
     /// ISO 4217 code, any case, of a currency Stripe supports.
@@ -138,14 +139,19 @@ impl CreatePayment {
         }
 
         let currency = self.currency.to_ascii_lowercase();
-        let supported = currency.len() == 3
-            && currency.bytes().all(|b| b.is_ascii_lowercase())
-            && !matches!(Currency::from_str(&currency), Ok(Currency::Unknown(_)));
-        if !supported {
-            errors.push(FieldError::new(
+        match Currency::of(&currency) {
+            // An amount Stripe would refuse for its currency (a dinar amount not ending in 0, a
+            // fraction of a króna) is refused here, before it could reach the gateway.
+            Some(stripe) if (1..=MAX_AMOUNT).contains(&self.amount) => {
+                if let Err(why) = stripe.check(self.amount) {
+                    errors.push(FieldError::new("amount", why));
+                }
+            }
+            Some(_) => {}
+            None => errors.push(FieldError::new(
                 "currency",
                 "must be a three-letter ISO 4217 code that Stripe supports, e.g. \"usd\"",
-            ));
+            )),
         }
 
         let pm = &self.payment_method;

@@ -38,10 +38,12 @@ use super::store;
 use crate::customers::CustomerId;
 use crate::failpoint;
 use crate::gateway::{self, Gateway, RefundCall, RefundOutcome};
+use crate::http::error::ApiError;
 use crate::http::problem::{self, Problem};
 use crate::idempotency::{Begun, BoxFuture, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
-use crate::payments::PaymentId;
+use crate::money::Currency;
 use crate::payments::process::refusal_detail;
+use crate::payments::{FieldError, PaymentId};
 
 /// The recovery point at which the refund row exists and its amount is reserved on the payment:
 /// the gateway may or may not have been called.
@@ -161,10 +163,17 @@ async fn reserve(
     if row.status != "succeeded" {
         return Ok(Err(not_refundable(payment, &row.status)));
     }
+    // An amount Stripe refuses for the payment's currency (a dinar amount not ending in 0) is a
+    // 400 naming it, like every other invalid field: the currency is the payment's, known here.
+    if let (Some(amount), Some(currency)) = (request.amount, Currency::of(&row.currency))
+        && let Err(why) = currency.check(amount)
+    {
+        return Ok(Err(ApiError::invalid_fields(vec![FieldError::new("amount", why)]).to_stored()));
+    }
     let remaining = row.amount - row.amount_refunded;
     let amount = request.amount.unwrap_or(remaining);
     if remaining == 0 || amount > remaining {
-        return Ok(Err(exceeds(payment, amount, remaining, row.amount)));
+        return Ok(Err(exceeds(payment, amount, remaining, row.amount, &row.currency)));
     }
     let metadata = serde_json::to_value(&request.metadata).unwrap_or_default();
     // The conditional update is the invariant itself: even a caller that skipped the check
@@ -443,7 +452,7 @@ fn not_refundable(payment: PaymentId, status: &str) -> StoredResponse {
     StoredResponse::new(StatusCode::CONFLICT, problem::CONTENT_TYPE, None, problem.to_json())
 }
 
-fn exceeds(payment: PaymentId, amount: i64, remaining: i64, paid: i64) -> StoredResponse {
+fn exceeds(payment: PaymentId, amount: i64, remaining: i64, paid: i64, currency: &str) -> StoredResponse {
     let problem = Problem::new(
         StatusCode::CONFLICT,
         "refund-exceeds-payment",
@@ -454,8 +463,10 @@ fn exceeds(payment: PaymentId, amount: i64, remaining: i64, paid: i64) -> Stored
                 .to_owned()
         } else {
             format!(
-                "A refund of {amount} is more than the {remaining} that remains of this payment (its other refunds, \
-                 including those in progress, take the rest). Nothing was refunded and the Idempotency-Key was not used."
+                "A refund of {} is more than the {} that remains of this payment (its other refunds, including those \
+                 in progress, take the rest). Nothing was refunded and the Idempotency-Key was not used.",
+                crate::money::format(amount, currency),
+                crate::money::format(remaining, currency)
             )
         },
     )

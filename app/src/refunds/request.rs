@@ -21,7 +21,8 @@ pub struct CreateRefund {
     /// The payment to refund (`pay_…`).
     #[schema(pattern = "^pay_[0-9a-fA-F]{32}$")]
     pub payment: String,
-    /// In the payment currency's minor unit; default: all that remains.
+    /// In the payment currency's minor unit as Stripe defines it (see `amount` of a payment);
+    /// default: all that remains.
     #[serde(default)]
     pub amount: Option<i64>,
     #[serde(default)]

@@ -11,11 +11,9 @@
 //! the request and retrying with the same key works, as on Stripe.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
-
-use stripe_types::Currency;
 
 use super::error::ApiError;
+use crate::money::{Currency, Step};
 
 /// A decoded form body or query string: its `(key, value)` pairs in the order they were sent.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,17 +107,42 @@ pub(crate) fn parse_currency(value: &str) -> Result<String, ApiError> {
     if value.is_empty() {
         return Err(ApiError::parameter_empty("currency"));
     }
-    let code = value.to_ascii_lowercase();
-    // async-stripe's `Currency` lists exactly the currencies Stripe supports; anything else
-    // parses as `Unknown`.
-    match Currency::from_str(&code) {
-        Ok(Currency::Unknown(_)) | Err(_) => Err(ApiError::invalid_request(format!(
+    // The currencies payonce knows Stripe supports (crate::money: async-stripe's list and the
+    // three-decimal ones).
+    match Currency::of(value) {
+        None => Err(ApiError::invalid_request(format!(
             "Invalid currency: {value}. Stripe currently supports these currencies: see \
              https://docs.stripe.com/currencies"
         ))
         .param("currency")),
-        Ok(_) => Ok(code),
+        Some(_) => Ok(value.to_ascii_lowercase()),
     }
+}
+
+/// Stripe's refusal of an amount its currency cannot take ([`crate::money`]), for a charge or a
+/// refund. ISK and UGX amounts that are not whole get Stripe's own code and words (quoted in
+/// <https://support.stripe.com/questions/deprecation-of-fractional-isk-charges-and-refunds>).
+/// For a three-decimal amount not ending in 0, Stripe documents the rule
+/// (<https://docs.stripe.com/currencies#three-decimal>) but not its answer: the words are the
+/// simulator's, and it names no code rather than guess one.
+pub(crate) fn check_amount(param: &str, amount: i64, currency: &str) -> Result<(), ApiError> {
+    let Some(stripe) = Currency::of(currency) else { return Ok(()) };
+    if stripe.check(amount).is_ok() {
+        return Ok(());
+    }
+    let code = stripe.code();
+    let refusal = match stripe.step() {
+        Step::WholeUnits => ApiError::invalid_request(format!(
+            "Invalid amount. Currency {code} has become effectively zero-decimal and charged amounts must be \
+             evenly divisible by 100. See https://stripe.com/docs/currencies#special-cases for more information."
+        ))
+        .code("invalid_charge_amount_no_decimal_compatible"),
+        Step::LastDigitZero | Step::Any => ApiError::invalid_request(format!(
+            "Invalid amount. {code} is a three-decimal currency: amounts must have 0 as their last digit (round \
+             5124 to 5120 or 5130). See https://stripe.com/docs/currencies#three-decimal for more information."
+        )),
+    };
+    Err(refusal.param(param))
 }
 
 /// `Ok(None)` for an empty value ("unset": the default applies).

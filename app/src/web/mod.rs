@@ -10,7 +10,8 @@
 //! csrf       a token in every form (the session's, or an anonymous cookie's), checked on every
 //!            POST before any handler runs
 //! flash      one-shot messages shown on the next page (post/redirect/get)
-//! format     how the pages write durations and counts (also as template filters)
+//! format     how the pages write durations and counts (also as template filters); amounts of
+//!            money are crate::money's, as `money`
 //! page       the HTML error type, security headers, and the static assets under /assets/
 //! simulator  the built-in (or external) simulator's control API, for the gateway panel
 //! ```
@@ -71,10 +72,9 @@ pub fn ago(secs: f64) -> String {
     }
 }
 
-/// An amount in minor units as money: `12.50 USD`.
-pub fn money(amount: i64, currency: &str) -> String {
-    format!("{}.{:02} {}", amount / 100, (amount % 100).abs(), currency.to_ascii_uppercase())
-}
+/// An amount in minor units as money, in the currency's own units: `12.50 USD`, `100,000 JPY`,
+/// `12.340 KWD` ([`crate::money`]).
+pub use crate::money::format as money;
 
 #[cfg(test)]
 mod tests {
@@ -90,5 +90,6 @@ mod tests {
         assert_eq!(ago(200_000.0), "2 d ago");
         assert_eq!(money(1250, "usd"), "12.50 USD");
         assert_eq!(money(5, "eur"), "0.05 EUR");
+        assert_eq!(money(100_000, "jpy"), "100,000 JPY");
     }
 }

@@ -70,7 +70,7 @@ pub async fn claim_and_go_silent(app: &TestApp, api_key: &str, key: &str, owner:
 }
 
 /// Signs the browser in to the dashboard from wherever the login page is.
-async fn sign_in(browser: &Browser) {
+pub(crate) async fn sign_in(browser: &Browser) {
     browser.wait_for_path("/admin/login").await;
     browser.fill("name", ADMIN).await;
     browser.fill("password", PASSWORD).await;

@@ -13,6 +13,7 @@ mod conformance;
 mod connections;
 mod contract;
 mod crash;
+mod currencies;
 mod database;
 mod failover;
 mod forgetting;

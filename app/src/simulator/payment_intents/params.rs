@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use crate::simulator::error::ApiError;
 use crate::simulator::form::{
-    Form, apply_metadata, invalid_enum, is_list_index, non_empty, parse_amount, parse_bool, parse_currency,
+    Form, apply_metadata, check_amount, invalid_enum, is_list_index, non_empty, parse_amount, parse_bool,
+    parse_currency,
 };
 use crate::simulator::objects::{AutomaticPaymentMethods, Draft};
 
@@ -118,6 +119,7 @@ impl CreateParams {
 
         params.amount = amount.ok_or_else(|| ApiError::parameter_missing("amount"))?;
         params.currency = currency.ok_or_else(|| ApiError::parameter_missing("currency"))?;
+        check_amount("amount", params.amount, &params.currency)?;
         let sent_types = !params.payment_method_types.is_empty();
         params.automatic_payment_methods = match (automatic_enabled, allow_redirects) {
             (Some(_), _) if sent_types => {
@@ -301,6 +303,14 @@ mod tests {
         assert_eq!(error_code("amount=1&currency=usd&a]=1"), (None, Some("a]".to_owned())));
         let both = "amount=1&currency=usd&allowed_payment_method_types[0]=card&automatic_payment_methods[enabled]=true";
         assert_eq!(error_code(both), (None, Some("automatic_payment_methods".to_owned())));
+        let amount = Some("amount".to_owned());
+        assert_eq!(error_code("amount=12345&currency=kwd"), (None, amount.clone()), "three decimals end in 0");
+        assert_eq!(
+            error_code("amount=550&currency=isk"),
+            (Some("invalid_charge_amount_no_decimal_compatible"), amount)
+        );
+        assert!(params("amount=12340&currency=kwd").is_ok() && params("amount=500&currency=ISK").is_ok());
+        assert!(params("amount=1045&currency=huf").is_ok(), "HUF's rule is about payouts");
         let no_pm = (Some("payment_intent_unexpected_state"), None);
         assert_eq!(error_code("amount=1&currency=usd&confirm=true"), no_pm);
     }

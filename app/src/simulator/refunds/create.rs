@@ -13,6 +13,7 @@ use serde_json::json;
 use crate::simulator::error::ApiError;
 use crate::simulator::events::emit;
 use crate::simulator::execution::Ctx;
+use crate::simulator::form::check_amount;
 use crate::simulator::ledger;
 use crate::simulator::objects::{EventRequest, Refund, RefundReason, RefundStatus, Status, random_alphanumeric};
 use crate::simulator::response::{SavedResponse, to_value};
@@ -92,6 +93,7 @@ fn refund(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Result<Refund,
             .code("charge_already_refunded"));
     }
     let amount = params.amount.unwrap_or(remaining);
+    check_amount("amount", amount, &charge.currency)?;
     if amount > remaining {
         return Err(ApiError::invalid_request(format!(
             "Refund amount ({}) is greater than unrefunded amount on charge ({})",
@@ -230,11 +232,11 @@ fn reference_arrives(state: &mut State, api_key: &str, id: &str) {
     emit(state, api_key, "refund.updated", snapshot, Some(previous), &EventRequest::default());
 }
 
-/// An amount as Stripe's messages write it: `$12.50` for dollars, `12.50 EUR` otherwise.
+/// An amount as Stripe's messages write it: `$12.50` for dollars, in the currency's own units
+/// otherwise (`12.50 EUR`, `1,000 JPY`).
 fn money(amount: i64, currency: &str) -> String {
-    let major = format!("{}.{:02}", amount / 100, amount % 100);
     match currency {
-        "usd" => format!("${major}"),
-        other => format!("{major} {}", other.to_ascii_uppercase()),
+        "usd" => format!("${}.{:02}", amount / 100, amount % 100),
+        other => crate::money::format(amount, other),
     }
 }

@@ -5,6 +5,7 @@ use reqwest::Method;
 use serde_json::json;
 use stripe::{ApiErrorsCode, ApiErrorsType, StripeRequest};
 use stripe_core::charge::RetrieveCharge;
+use stripe_core::payment_intent::CreatePaymentIntent;
 use stripe_core::refund::{CreateRefund, ListRefund, RetrieveRefund};
 use stripe_types::Currency;
 use tokio::sync::Barrier;
@@ -71,6 +72,28 @@ async fn partial_refunds_never_exceed_the_charge() {
     assert_eq!(retrieved.amount, 750);
     let total: i64 = sim.sim().refunds().iter().map(|refund| refund.amount).sum();
     assert_eq!(total, 1250);
+}
+
+/// A refund Stripe's currency rules refuse is a 400 naming `amount`, as a charge would be: a
+/// three-decimal amount not ending in 0, a fraction of a króna (Stripe's own code); nothing
+/// enters the ledger, and an amount the currency takes then refunds.
+#[tokio::test]
+async fn refunds_follow_the_currencys_rules() {
+    let sim = TestSim::start().await;
+    for (currency, charged, refused, taken) in [("kwd", 12_340, 1005, 1000), ("isk", 50_000, 550, 500)] {
+        let request = CreatePaymentIntent::new(charged, currency.parse::<Currency>().expect("infallible"))
+            .confirm(true)
+            .payment_method("pm_card_visa")
+            .automatic_payment_methods(super::no_redirects());
+        let intent = super::send(&sim.stripe(), &request, &format!("pay-{currency}")).await.expect("paid");
+        let error = stripe_error(refund(&sim, intent.id.as_str(), Some(refused), &format!("r-{currency}")).await, 400);
+        assert_eq!((error.type_, error.param.as_deref()), (ApiErrorsType::InvalidRequestError, Some("amount")));
+        let message = error.message.unwrap_or_default();
+        assert!(message.contains(&currency.to_ascii_uppercase()), "{message}");
+        let refunded = refund(&sim, intent.id.as_str(), Some(taken), &format!("r2-{currency}")).await.expect("taken");
+        assert_eq!(refunded.amount, taken);
+    }
+    assert_eq!(sim.sim().refunds().iter().map(|refund| refund.amount).collect::<Vec<_>>(), [1000, 500]);
 }
 
 /// Only a succeeded PaymentIntent can be refunded: a processing one, a declined one and an
