@@ -216,28 +216,25 @@ async fn control_characters_in_next_still_sign_in_to_the_dashboard() {
         assert_eq!(page.status(), StatusCode::OK, "{escaped}");
         let page = page.text().await.unwrap();
         assert_eq!(field(&page, "next"), "", "{escaped}: the page does not carry the unsafe target");
-        let form = [("csrf", field(&page, "csrf")), ("name", ADMIN.into()), ("password", PASSWORD.into())];
-        let login = client
-            .post(app.url(&format!("/admin/login{query}")))
-            .form(&[&form[..], &[("next", field(&page, "next"))]].concat())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(login.status(), StatusCode::SEE_OTHER, "{escaped}: {}", login.text().await.unwrap());
-        assert_eq!(login.headers()[LOCATION], "/admin", "{escaped}");
-        assert_eq!(client.get(app.url("/admin")).send().await.unwrap().status(), StatusCode::OK, "{escaped}");
+        signs_in_to_the_home(&app, &client, &query, &field(&page, "csrf"), &field(&page, "next")).await;
 
         // A client that sends the raw value in the form (and posts to the URL it was given).
         let client = browser_client();
         let csrf = login_form(&app.url(""), &client).await;
-        let login = client
-            .post(app.url(&format!("/admin/login{query}")))
-            .form(&[("csrf", csrf.as_str()), ("name", ADMIN), ("password", PASSWORD), ("next", next.as_str())])
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(login.status(), StatusCode::SEE_OTHER, "{escaped}: {}", login.text().await.unwrap());
-        assert_eq!(login.headers()[LOCATION], "/admin", "{escaped}");
-        assert_eq!(client.get(app.url("/admin")).send().await.unwrap().status(), StatusCode::OK, "{escaped}");
+        signs_in_to_the_home(&app, &client, &query, &csrf, &next).await;
     }
+}
+
+/// Posts the right name and password with `next` to `/admin/login{query}`; asserts that the
+/// operator is signed in and sent to the dashboard's home.
+async fn signs_in_to_the_home(app: &TestApp, client: &Client, query: &str, csrf: &str, next: &str) {
+    let login = client
+        .post(app.url(&format!("/admin/login{query}")))
+        .form(&[("csrf", csrf), ("name", ADMIN), ("password", PASSWORD), ("next", next)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER, "{query}: {}", login.text().await.unwrap());
+    assert_eq!(login.headers()[LOCATION], "/admin", "{query}");
+    assert_eq!(client.get(app.url("/admin")).send().await.unwrap().status(), StatusCode::OK, "{query}");
 }
