@@ -10,7 +10,8 @@
 //! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim,
 //!                db, batch
 //! batch          `payonce batch charge FILE.csv`: a resumable bulk charge client of the HTTP API,
-//!                one Idempotency-Key per row derived before the first request (docs/batch.md)
+//!                one Idempotency-Key per row derived before the first request, each 202 followed
+//!                until its payment is final (docs/batch.md)
 //! config         runtime configuration resolved from flags and environment
 //! server         `payonce serve`: startup and orderly shutdown of everything below
 //! listener       the HTTP/1.1 accept loop: connection cap, header, idle and body timeouts

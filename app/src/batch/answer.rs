@@ -12,7 +12,9 @@ const KEY_REUSED: &str = "idempotency-key-reused";
 const ABANDONED: &str = "payment-abandoned";
 const PROBLEM_BASE: &str = "https://payonce.dev/problems/";
 
-/// A row's final outcome. Only the first four leave nothing to do.
+/// A row's outcome. Only the first four leave nothing to do, and `Pending` only until the payment
+/// settles: the run follows it (`batch::follow`) and replaces it by `Charged`, `Replayed` or
+/// `Failed`, unless the wait ends first (or `--no-wait`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Outcome {
     /// 201, not replayed: this run created the payment and it succeeded.
@@ -20,11 +22,16 @@ pub enum Outcome {
     /// 201 replayed: an earlier run (or a concurrent one) charged it; not charged again.
     Replayed,
     /// 202: the gateway has not settled it (a bank debit processing, a card awaiting 3-D Secure).
-    /// The key's final answer: not a failure, and not to be charged again.
+    /// The key's final answer (never charged again), but not the payment's: after following it,
+    /// a row still pending means its outcome is not known yet (exit 4).
     Pending,
     /// 402: declined by the issuer or refused by the gateway. Final; a failure only with
     /// `--fail-on-decline`.
     Declined,
+    /// 202, then the payment failed at the gateway (a bank debit that did not settle, a 3-D
+    /// Secure authentication that failed): not charged. Always a failure: the run had reported
+    /// the row as accepted, and the money is not coming.
+    Failed,
     /// 422 `idempotency-key-reused`: the row's content differs from what this batch sent for it
     /// before. Never charged; the file or the batch id is wrong.
     Changed,
@@ -47,6 +54,7 @@ impl Outcome {
             Self::Replayed => "replayed",
             Self::Pending => "pending",
             Self::Declined => "declined",
+            Self::Failed => "failed",
             Self::Changed => "changed",
             Self::Rejected => "rejected",
             Self::Abandoned => "abandoned",
@@ -60,15 +68,17 @@ impl Outcome {
         match self {
             Self::Charged | Self::Replayed | Self::Pending => false,
             Self::Declined => fail_on_decline,
-            Self::Changed | Self::Rejected | Self::Abandoned | Self::Unresolved | Self::NotSent => true,
+            Self::Failed | Self::Changed | Self::Rejected | Self::Abandoned | Self::Unresolved | Self::NotSent => true,
         }
     }
 
-    pub const ALL: [Outcome; 9] = [
+    /// Every outcome, in the order of their declaration (their index in counts).
+    pub const ALL: [Outcome; 10] = [
         Self::Charged,
         Self::Replayed,
         Self::Pending,
         Self::Declined,
+        Self::Failed,
         Self::Changed,
         Self::Rejected,
         Self::Abandoned,
@@ -318,9 +328,19 @@ mod tests {
         let failing: Vec<_> = Outcome::ALL.into_iter().filter(|o| o.is_failure(false)).collect();
         assert_eq!(
             failing,
-            [Outcome::Changed, Outcome::Rejected, Outcome::Abandoned, Outcome::Unresolved, Outcome::NotSent]
+            [
+                Outcome::Failed,
+                Outcome::Changed,
+                Outcome::Rejected,
+                Outcome::Abandoned,
+                Outcome::Unresolved,
+                Outcome::NotSent
+            ]
         );
         assert!(Outcome::Declined.is_failure(true));
         assert!(!Outcome::Pending.is_failure(true));
+        for (i, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome as usize, i, "ALL is in the order of the declaration");
+        }
     }
 }

@@ -6,17 +6,19 @@
 //! key       the batch id (the file's content hash by default) and each row's Idempotency-Key
 //! runner    the workers: one POST /v1/payments per row, retried with the same key until final
 //!   answer  what each HTTP answer means for a row: final outcome, retry, or stop the run
+//! follow    the rows answered 202, followed (GET /v1/payments/{id}) until final or --wait-timeout
 //! progress  the bar (or plain lines) on stderr while it runs
 //! summary   the counts, the rows that need attention, and the exit code
 //! results   --out: one line per row, written whole at the end
 //! ```
 //!
 //! The order of a run: read and validate the file, derive the batch id, open the results file,
-//! check the API (one GET), send the rows, write the results, print the summary. Nothing is sent
-//! before the whole file is known to be valid.
+//! check the API (one GET), send the rows, follow the pending payments, write the results, print
+//! the summary. Nothing is sent before the whole file is known to be valid.
 
 pub mod answer;
 pub mod file;
+pub mod follow;
 pub mod key;
 pub mod progress;
 pub mod results;
@@ -34,13 +36,14 @@ use self::key::BatchId;
 use self::progress::Progress;
 use self::results::ResultsFile;
 use self::runner::{Runner, Settings, StartError, Stop};
-use self::summary::{Exit, Summary};
+use self::summary::{EXIT_CODES, Exit, Summary};
 
 /// `payonce batch …`.
 #[derive(Debug, Subcommand)]
 pub enum BatchCommand {
     /// Charge every row of a CSV file through the API, each exactly once however often the
     /// batch is run (a re-run after a crash replays what was done and finishes the rest).
+    #[command(after_help = EXIT_CODES)]
     Charge(ChargeArgs),
 }
 
@@ -81,6 +84,17 @@ pub struct ChargeArgs {
     /// seconds after its first attempt.
     #[arg(long, env = "PAYONCE_BATCH_GIVE_UP_AFTER_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     give_up_after_secs: u64,
+
+    /// Follow each payment answered 202 (a bank debit processing, a card awaiting 3-D Secure)
+    /// with GET /v1/payments/{id} for at most this many seconds once every row is sent, until it
+    /// succeeds or fails; one still pending then is reported as pending (exit 4).
+    #[arg(long, value_name = "SECS", env = "PAYONCE_BATCH_WAIT_TIMEOUT_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    wait_timeout: u64,
+
+    /// Do not follow the payments answered 202: report them as pending (exit 4) at once. Wins
+    /// over --wait-timeout.
+    #[arg(long)]
+    no_wait: bool,
 
     /// Validate the file and print the batch id; send nothing.
     #[arg(long)]
@@ -171,9 +185,16 @@ async fn charge(args: ChargeArgs) -> Exit {
     let shown = tokio::spawn(progress.clone().show(async {
         let _ = finished.await;
     }));
-    let results = runner.run(&batch, rows.clone(), progress.clone(), stop.clone()).await;
+    let mut results = runner.clone().run(&batch, rows.clone(), progress.clone(), stop.clone()).await;
     let _ = done.send(());
     let _ = shown.await;
+    // Every row was sent unless the run stopped. A signal while following only ends the wait:
+    // the rows still pending are reported as such, not as a run that stopped before its end.
+    let stopped = stop.reason();
+    if !args.no_wait && stopped.is_none() {
+        let wait = Duration::from_secs(args.wait_timeout);
+        follow::follow(&runner, &mut results, wait, args.concurrency as usize, &stop).await;
+    }
     signals.abort();
 
     let summary = Summary {
@@ -182,7 +203,7 @@ async fn charge(args: ChargeArgs) -> Exit {
         results: &results,
         elapsed: progress.elapsed(),
         fail_on_decline: args.fail_on_decline,
-        stopped: stop.reason(),
+        stopped,
     };
     let mut exit = summary.exit();
     if let Some(out) = out {
@@ -210,7 +231,9 @@ async fn stop_on_signals(stop: Stop) {
             eprintln!("payonce batch: stopped at once; run the batch again to finish it");
             std::process::exit(130);
         }
-        eprintln!("payonce batch: stopping: no new rows; waiting for the rows in flight (again to quit now)");
+        eprintln!(
+            "payonce batch: stopping: no new rows, no more following; waiting for the requests in flight (again to quit now)"
+        );
         stop.request("interrupted: run the batch again to finish it");
     }
 }

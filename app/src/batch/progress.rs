@@ -82,10 +82,11 @@ impl Progress {
 
     /// `charged 10 | replayed 2 | …`: the outcomes seen so far (failures summed).
     fn counts_line(&self) -> String {
-        let failed: u64 = [Outcome::Changed, Outcome::Rejected, Outcome::Abandoned, Outcome::Unresolved]
-            .into_iter()
-            .map(|o| self.count(o))
-            .sum();
+        let failed: u64 =
+            [Outcome::Failed, Outcome::Changed, Outcome::Rejected, Outcome::Abandoned, Outcome::Unresolved]
+                .into_iter()
+                .map(|o| self.count(o))
+                .sum();
         format!(
             "charged {} | replayed {} | pending {} | declined {} | failed {}",
             self.count(Outcome::Charged),

@@ -86,7 +86,7 @@ impl Stop {
     }
 
     /// Sleeps for `wait`; false if the run was stopped meanwhile.
-    async fn sleep(&self, wait: Duration) -> bool {
+    pub(super) async fn sleep(&self, wait: Duration) -> bool {
         let mut flag = self.flag.subscribe();
         tokio::select! {
             () = tokio::time::sleep(wait) => true,
@@ -144,16 +144,7 @@ impl Runner {
     /// URL or API key is reported at once, not as a failure of every row.
     pub async fn preflight(&self) -> Result<(), StartError> {
         let unusable = |why: String| StartError::Unusable { url: self.settings.api_url.clone(), why };
-        let response = self
-            .client
-            .get(format!("{}?limit=1", self.endpoint))
-            .header(AUTHORIZATION, self.auth.clone())
-            .send()
-            .await
-            .map_err(|err| match answer::transport(&err) {
-                Answer::Retry { why, .. } => unusable(why),
-                _ => unusable(err.to_string()),
-            })?;
+        let response = self.get(format!("{}?limit=1", self.endpoint)).await.map_err(unusable)?;
         let status = response.status();
         let headers = response.headers().clone();
         let body = response.bytes().await.unwrap_or_default();
@@ -164,6 +155,34 @@ impl Runner {
             Answer::Abort(why) => why,
             _ => format!("GET /v1/payments answered {status}"),
         }))
+    }
+
+    /// `GET /v1/payments/{id}`: the payment as it is now, or why it could not be read.
+    pub async fn look_up(&self, payment_id: &str) -> Result<serde_json::Value, String> {
+        // The id comes from the server's answer; it still must not steer the URL anywhere else.
+        if payment_id.is_empty() || !payment_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!("{payment_id:?} is not a payment id"));
+        }
+        let response = self.get(format!("{}/{payment_id}", self.endpoint)).await?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(|err| format!("GET {payment_id}: {err}"))?;
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(payment) if status == reqwest::StatusCode::OK && payment["status"].is_string() => Ok(payment),
+            Ok(problem) => {
+                Err(format!("GET {payment_id} answered {status} {}", problem["type"].as_str().unwrap_or("")))
+            }
+            Err(_) => Err(format!("GET {payment_id} answered {status}")),
+        }
+    }
+
+    /// An authenticated `GET`; a transport error in the words of [`answer::transport`].
+    async fn get(&self, url: String) -> Result<reqwest::Response, String> {
+        self.client.get(url).header(AUTHORIZATION, self.auth.clone()).send().await.map_err(
+            |err| match answer::transport(&err) {
+                Answer::Retry { why, .. } => why,
+                _ => err.to_string(),
+            },
+        )
     }
 
     /// Sends every row; returns one result per row, in the file's order.

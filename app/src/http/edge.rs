@@ -6,7 +6,8 @@
 //!   accepts (413, from `Content-Length`, before a byte of it is read), a `Content-Encoding`
 //!   other than `identity` (415: payonce decodes none, and must not read a compressed body as if
 //!   it were plain), and a NUL character in the path or the query (400 naming where: PostgreSQL
-//!   cannot store it, so it could only fail later, as a misleading database error).
+//!   cannot store it, so it could only fail later, as a misleading database error), except in
+//!   the sign-in's `next`, which is dropped when unsafe ([`crate::web::is_return_hint`]).
 //! - [`problems`] turns any error response that is not already a problem document or an HTML
 //!   page into one: axum's own extractor rejections (plain text), the tower layers' bare
 //!   statuses, and the session layer's empty 500s. Statuses payonce has a type for keep it; any
@@ -29,6 +30,7 @@ use super::extract::{MAX_BODY, declared_over};
 use super::problem::{CONTENT_TYPE as PROBLEM, Problem};
 use crate::db::can_store;
 use crate::payments::FieldError;
+use crate::web::is_return_hint;
 
 /// The longest text kept from an error body as the problem's detail.
 const DETAIL_LIMIT: usize = 1024;
@@ -64,7 +66,7 @@ fn unstorable_in_url(uri: &axum::http::Uri) -> Option<String> {
     }
     let query = uri.query()?;
     form_urlencoded::parse(query.as_bytes())
-        .find(|(name, value)| !can_store(name) || !can_store(value))
+        .find(|(name, value)| !is_return_hint(uri.path(), name) && (!can_store(name) || !can_store(value)))
         .map(|(name, _)| name.into_owned())
 }
 
@@ -191,6 +193,11 @@ mod tests {
         assert_eq!(body["errors"][0]["field"], "q");
         let (status, _, body) = call(get_("/text/%00")).await;
         assert_eq!((status, body["errors"][0]["field"].as_str()), (StatusCode::BAD_REQUEST, Some("path")));
+        let (status, _, _) = call(get_("/admin/login?next=%2Fadmin%00")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "the sign-in's next passes (to a route this app lacks)");
+        for uri in ["/admin/login?next=a&q=%00", "/text?next=%00"] {
+            assert_eq!(call(get_(uri)).await.0, StatusCode::BAD_REQUEST, "{uri}");
+        }
         let post = |headers: &[(&str, &str)]| {
             let mut request = axum::http::Request::post("/echo");
             for (name, value) in headers {

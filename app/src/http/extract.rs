@@ -4,7 +4,7 @@
 //! the checks: authentication (401), then the `Idempotency-Key` (400), then the body (400, 408,
 //! 413, 415). None of them touches the key's row, so a request refused here leaves its key unused.
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH};
@@ -45,6 +45,22 @@ pub fn body_error(err: &(dyn std::error::Error + 'static), limit: usize) -> ApiE
         cause = err.source();
     }
     ApiError::invalid("the request body could not be read")
+}
+
+/// Why axum could not buffer a body for an extractor ([`Json`], `Bytes`): over `limit` (413),
+/// past the body timeout (408), or anything else (400).
+///
+/// The length error is matched by its variant, not looked for in the error's chain: axum boxes it
+/// once more on its way into the rejection (a `Box<LengthLimitError>` inside the
+/// `Box<dyn Error>`), which [`body_error`]'s `is::<LengthLimitError>()` does not see. A body sent
+/// in chunks (no `Content-Length` for [`declared_over`] to refuse first) was therefore a 400.
+pub fn bytes_rejection(err: &BytesRejection, limit: usize) -> ApiError {
+    match err {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+            ApiError::PayloadTooLarge { limit }
+        }
+        other => body_error(other, limit),
+    }
 }
 
 /// The customer whose API key authenticated the request.
@@ -93,7 +109,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
             }
             // Wrong types, missing or unknown fields: serde's message names the field and the line.
             Err(JsonRejection::JsonDataError(err)) => Err(ApiError::invalid(err.body_text())),
-            Err(JsonRejection::BytesRejection(err)) => Err(body_error(&err, BODY_LIMIT)),
+            Err(JsonRejection::BytesRejection(err)) => Err(bytes_rejection(&err, BODY_LIMIT)),
             Err(other) => Err(ApiError::invalid(other.body_text())),
         }
     }
@@ -110,5 +126,23 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
             .await
             .map(|axum::extract::Query(value)| Self(value))
             .map_err(|err: QueryRejection| ApiError::invalid(err.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::{Body, Bytes};
+
+    use super::*;
+
+    /// A body over the limit that declares no length (sent in chunks) is a 413, like one whose
+    /// `Content-Length` says so (here 3 MiB against axum's default limit, 2 MB).
+    #[tokio::test]
+    async fn a_body_over_the_limit_without_a_length_is_413() {
+        let mib = || Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 1024 * 1024]));
+        let chunks = futures_util::stream::iter([mib(), mib(), mib()]);
+        let request = Request::post("/").body(Body::from_stream(chunks)).unwrap();
+        let err = Bytes::from_request(request, &()).await.unwrap_err();
+        assert!(matches!(bytes_rejection(&err, 7), ApiError::PayloadTooLarge { limit: 7 }), "{err:?}");
     }
 }

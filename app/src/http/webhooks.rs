@@ -11,7 +11,7 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
@@ -21,6 +21,7 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
+use super::extract::bytes_rejection;
 use super::openapi::problems;
 use crate::inbox::{Delivery, Effect, Inbox, Receipt};
 use crate::payments::webhook::PaymentEvents;
@@ -78,10 +79,7 @@ async fn receive(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|err| match err.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge { limit: BODY_LIMIT },
-        _ => ApiError::invalid(err.body_text()),
-    })?;
+    let body = body.map_err(|err| bytes_rejection(&err, BODY_LIMIT))?;
     let secret = state.webhook_secret.as_deref().ok_or(ApiError::WebhooksNotConfigured)?;
     let signature = headers
         .get("stripe-signature")

@@ -17,8 +17,10 @@
 //! why the anonymous token is not signed.
 //!
 //! The middleware reads the form (at most [`FORM_LIMIT`], within the listener's body timeout) and
-//! refuses a field holding a NUL character with a 400 naming it, for every form at once.
+//! refuses a field holding a NUL character with a 400 naming it, for every form at once (but the
+//! sign-in's `next`, dropped when unsafe: [`super::is_return_hint`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -31,6 +33,7 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 use tower_sessions::Session;
 
+use super::is_return_hint;
 use super::page::WebError;
 use super::session::Cookie;
 use crate::db::can_store;
@@ -164,7 +167,10 @@ async fn check(session: &Session, cookie: Option<&str>, request: Request) -> Res
     let bytes =
         axum::body::to_bytes(body, FORM_LIMIT).await.map_err(|err| body_error(&err, FORM_LIMIT).into_response())?;
     let mut form = form_urlencoded::parse(&bytes);
-    if let Some((name, _)) = form.clone().find(|(name, value)| !can_store(name) || !can_store(value)) {
+    let unstorable = |(name, value): &(Cow<str>, Cow<str>)| {
+        !is_return_hint(parts.uri.path(), name) && (!can_store(name) || !can_store(value))
+    };
+    if let Some((name, _)) = form.clone().find(unstorable) {
         let detail = format!("the form field {name:?} holds a NUL character, which cannot be stored");
         return Err(ApiError::invalid_fields(vec![FieldError { field: name.into_owned(), detail }]).into_response());
     }

@@ -29,6 +29,15 @@ use tokio::sync::Semaphore;
 
 use crate::config::WebConfig;
 
+/// Whether `name` is the sign-in's return-to hint: `next` on `/admin/login`, in the query or in
+/// the form. It is never stored or looked up, only followed when it is a safe dashboard path and
+/// dropped otherwise (`admin::is_local`), so the refusals of a NUL character (which PostgreSQL
+/// cannot store: `http::edge::refuse`, [`csrf`]) pass it by: a correct sign-in must not fail for
+/// a hint that it ignores.
+pub fn is_return_hint(path: &str, name: &str) -> bool {
+    path == "/admin/login" && name == "next"
+}
+
 /// What the browser-facing routers need beyond the API's state. Cheap to clone.
 #[derive(Clone)]
 pub struct WebState {

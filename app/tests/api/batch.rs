@@ -275,8 +275,9 @@ async fn a_changed_row_is_reported_and_not_charged() {
     assert_each_row_charged_once(&app, "march", 5).await;
 }
 
-/// Declines are final answers (exit 0, or 1 with --fail-on-decline), replayed as declines; a
-/// pending bank debit is pending, not a failure and not charged again.
+/// Declines are final answers (not failures, or exit 1 with --fail-on-decline), replayed as
+/// declines; a pending bank debit not followed (`--no-wait`) is pending: not a failure, not
+/// charged again, and not final yet (exit 4).
 #[tokio::test]
 async fn declines_and_pending_payments_are_final_answers() {
     let app = app().await;
@@ -290,8 +291,13 @@ async fn declines_and_pending_payments_are_final_answers() {
          debit,300,usd,pm_usBankAccount_success\n",
     );
     let out = scratch.path("results.csv");
-    let first = run(batch(&app, &api_key, &file, &["--out", out.to_str().unwrap()])).await;
-    assert_eq!(first.status.code(), Some(0), "declines are reported, not failures:\n{}", stdout(&first));
+    let first = run(batch(&app, &api_key, &file, &["--no-wait", "--out", out.to_str().unwrap()])).await;
+    assert_eq!(
+        first.status.code(),
+        Some(4),
+        "declines are reported, not failures; the debit is pending:\n{}",
+        stdout(&first)
+    );
     assert_eq!(
         [summary_count(&first, "charged"), summary_count(&first, "declined"), summary_count(&first, "pending")],
         [1, 1, 1]
@@ -303,7 +309,7 @@ async fn declines_and_pending_payments_are_final_answers() {
     );
     assert_eq!((lines[2][2].as_str(), lines[2][4].as_str(), lines[2][6].as_str()), ("202", "processing", "pending"));
 
-    let strict = run(batch(&app, &api_key, &file, &["--fail-on-decline"])).await;
+    let strict = run(batch(&app, &api_key, &file, &["--fail-on-decline", "--no-wait"])).await;
     assert_eq!(strict.status.code(), Some(1), "{}", stdout(&strict));
     assert!(stdout(&strict).contains("row_id \"declined\": declined"), "{}", stdout(&strict));
     assert!(stdout(&strict).contains("(1 replayed)"), "the decline is the key's stored answer: {}", stdout(&strict));
@@ -322,4 +328,122 @@ async fn a_wrong_api_key_stops_before_the_first_row() {
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert!(stderr(&output).contains("refused the API key"), "{}", stderr(&output));
     assert_eq!(app.count("idempotency_keys").await, 0);
+}
+
+/// The payment behind a row of `batch_id`: its status and failure code in the database.
+async fn payment_of(app: &TestApp, batch_id: &str, row_id: &str) -> (String, Option<String>) {
+    sqlx::query_as(
+        "select status, failure_code from payments where metadata->>'batch_id' = $1 and metadata->>'batch_row_id' = $2",
+    )
+    .bind(batch_id)
+    .bind(row_id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap()
+}
+
+/// Issue 21, item 6: a bank debit answered 202 `processing` that then fails is not reported as
+/// pending with exit 0. The batch follows each pending payment (`GET /v1/payments/{id}`) until it
+/// is final: the summary, the results file and the exit code say the debit failed, the other
+/// debit succeeded, and the database and the gateway's ledger agree. A re-run gets 202 replays,
+/// follows them too, and tells the same truth without charging anything again.
+#[tokio::test]
+async fn a_bank_debit_that_fails_after_202_is_reported_failed() {
+    // The built-in simulator (its webhooks settle the debits 500 ms after their 202), and a
+    // sweeper that looks pending payments up.
+    let app = crate::pending::app_looking_up_after(Duration::from_millis(50)).await;
+    let api_key = app.customer("debits").await;
+    let scratch = Scratch::new();
+    let file = scratch.write(
+        "debits.csv",
+        "row_id,amount,currency,payment_method\n\
+         card,100,usd,pm_card_visa\n\
+         debit-ok,200,usd,pm_usBankAccount_success\n\
+         debit-closed,300,usd,pm_usBankAccount_accountClosed\n",
+    );
+    let batch_id = content_batch_id(&file);
+    let key = |row: &str| format!("batch:{batch_id}:{row}");
+    let out = scratch.path("results.csv");
+
+    for run_number in 1..=2 {
+        let replayed = run_number == 2;
+        let output = run(batch(&app, &api_key, &file, &["--out", out.to_str().unwrap()])).await;
+        let (text, log) = (stdout(&output), stderr(&output));
+        assert_eq!(output.status.code(), Some(1), "run {run_number}: the failed debit fails the run:\n{text}\n{log}");
+        assert_eq!(summary_count(&output, "failed"), 1, "{text}");
+        assert_eq!(summary_count(&output, "pending"), 0, "nothing is left pending: {text}");
+        let (charged, replays) = if replayed { (0, 2) } else { (2, 0) };
+        assert_eq!(
+            (summary_count(&output, "charged"), summary_count(&output, "replayed")),
+            (charged, replays),
+            "{text}"
+        );
+        assert!(text.contains("line 4 row_id \"debit-closed\": failed"), "{text}");
+        assert!(text.contains("account_closed"), "{text}");
+        assert!(log.contains("following 2 pending payment"), "progress on stderr:\n{log}");
+
+        let lines = results(&out);
+        let line = |row: &str| lines.iter().find(|line| line[0] == row).unwrap().clone();
+        let [_, _, status, payment_id, payment_status, was_replayed, outcome, detail] = line("debit-closed");
+        assert_eq!(
+            (status.as_str(), payment_status.as_str(), outcome.as_str()),
+            ("202", "failed", "failed"),
+            "the key's answer (202), the payment's final status"
+        );
+        assert_eq!(was_replayed, replayed.to_string(), "run {run_number}: the 202 is replayed on the re-run");
+        assert!(payment_id.starts_with("pay_") && detail.contains("account_closed"), "{detail}");
+        let [_, _, status, _, payment_status, was_replayed, outcome, _] = line("debit-ok");
+        assert_eq!(
+            (status.as_str(), payment_status.as_str(), outcome.as_str(), was_replayed.as_str()),
+            ("202", "succeeded", if replayed { "replayed" } else { "charged" }, replayed.to_string().as_str())
+        );
+
+        // The database and the ledger say the same.
+        assert_eq!(payment_of(&app, &batch_id, "debit-closed").await, ("failed".into(), Some("account_closed".into())));
+        assert_eq!(payment_of(&app, &batch_id, "debit-ok").await, ("succeeded".into(), None));
+        assert!(app.charges_for(&key("debit-closed")).await.is_empty(), "the failed debit moved no money");
+        assert_eq!(app.charges_for(&key("debit-ok")).await.len(), 1);
+        assert_eq!(app.charges_for(&key("card")).await.len(), 1);
+        assert_eq!(app.count("payments").await, 3, "the re-run created nothing");
+    }
+}
+
+/// A payment still pending when `--wait-timeout` ends is reported pending with exit 4 (not 0:
+/// its outcome is not known yet); `--no-wait` does not follow at all and says the same; a re-run
+/// once the debit settled tells its outcome. The exit codes are in `--help`.
+#[tokio::test]
+async fn a_payment_still_pending_after_the_wait_is_exit_4() {
+    let app = crate::pending::app_looking_up_after(Duration::from_millis(50)).await;
+    app.ledger.set_settings(json!({"processing_ms": 4000, "webhook_retry_base_ms": 50})).await;
+    let api_key = app.customer("slow").await;
+    let scratch = Scratch::new();
+    let file =
+        scratch.write("slow.csv", "row_id,amount,currency,payment_method\nslow,500,usd,pm_usBankAccount_success\n");
+    let out = scratch.path("results.csv");
+
+    for flags in [&["--wait-timeout", "1"][..], &["--no-wait"]] {
+        let output = run(batch(&app, &api_key, &file, &[flags, &["--out", out.to_str().unwrap()]].concat())).await;
+        let (text, log) = (stdout(&output), stderr(&output));
+        assert_eq!(output.status.code(), Some(4), "{flags:?}: still pending:\n{text}\n{log}");
+        assert_eq!(summary_count(&output, "pending"), 1, "{text}");
+        assert!(text.contains("PENDING"), "{text}");
+        let [_, _, status, _, payment_status, _, outcome, _] = results(&out)[0].clone();
+        assert_eq!((status.as_str(), payment_status.as_str(), outcome.as_str()), ("202", "processing", "pending"));
+    }
+    // Once it settled, a re-run follows the replayed 202 to its end.
+    let batch_id = content_batch_id(&file);
+    let started = Instant::now();
+    while payment_of(&app, &batch_id, "slow").await.0 != "succeeded" {
+        assert!(started.elapsed() < Duration::from_secs(20), "the debit never settled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let output = run(batch(&app, &api_key, &file, &[])).await;
+    assert_eq!(output.status.code(), Some(0), "{}\n{}", stdout(&output), stderr(&output));
+    assert_eq!((summary_count(&output, "replayed"), summary_count(&output, "pending")), (1, 0));
+
+    let help = Command::new(env!("CARGO_BIN_EXE_payonce")).args(["batch", "charge", "--help"]).output().unwrap();
+    let help = stdout(&help);
+    for needle in ["--wait-timeout", "--no-wait", "Exit codes", "4 "] {
+        assert!(help.contains(needle), "{needle:?} not in --help:\n{help}");
+    }
 }

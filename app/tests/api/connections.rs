@@ -205,6 +205,51 @@ async fn a_huge_declared_body_is_refused_at_once() {
     assert_eq!(served.database.count("idempotency_keys").await, 0);
 }
 
+/// A body over the limit sent in chunks (no `Content-Length` to refuse it by) is a 413 problem
+/// once the limit is passed, like a declared one: on the API (64 KiB), the login form (16 KiB)
+/// and the webhook endpoint (256 KiB); nothing is used, and the connection is closed.
+#[tokio::test]
+async fn a_chunked_body_over_the_limit_is_413() {
+    let served = Served::start(&[("STRIPE_WEBHOOK_SECRET", "whsec_test")], None).await;
+    let api_key = served.database.customer("acme").await;
+    let cases = [
+        (
+            format!(
+                "POST /v1/payments HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {api_key}\r\nIdempotency-Key: {}\r\n\
+                 Content-Type: application/json\r\n",
+                new_key()
+            ),
+            70 * 1024,
+        ),
+        ("POST /admin/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n".to_owned(), 20 * 1024),
+        (
+            "POST /webhooks/stripe HTTP/1.1\r\nHost: x\r\nStripe-Signature: t=1,v1=00\r\nContent-Type: application/json\r\n"
+                .to_owned(),
+            300 * 1024,
+        ),
+    ];
+    for (head, size) in cases {
+        let mut stream = TcpStream::connect(served.server.addr).await.unwrap();
+        stream.write_all(format!("{head}Transfer-Encoding: chunked\r\n\r\n").as_bytes()).await.unwrap();
+        // 4 KiB chunks of spaces, then the last chunk; the server may answer (and stop reading)
+        // before the end, so a failed write is not the test's failure.
+        let chunk = format!("1000\r\n{}\r\n", " ".repeat(4096));
+        for _ in 0..size / 4096 {
+            if stream.write_all(chunk.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        let _ = stream.write_all(b"0\r\n\r\n").await;
+        let response = read_until_closed(&mut stream, DEADLINE).await.expect("an answer, and the connection closed");
+        let path = head.split(' ').nth(1).unwrap();
+        assert_eq!(status_of(&response), 413, "{path}: {response}");
+        assert_eq!(header_of(&response, "content-type"), Some("application/problem+json"), "{path}: {response}");
+        assert!(response.contains("https://payonce.dev/problems/payload-too-large"), "{path}: {response}");
+    }
+    assert_eq!(served.database.count("idempotency_keys").await, 0);
+    assert_eq!(served.database.count("webhook_events").await, 0);
+}
+
 /// With the common limit of 1,024 file descriptors, 1,100 idle connections do not lock other
 /// clients out: the connection cap is clamped below the limit (and says so), idle connections
 /// are closed by the timeout, and a probe request is answered; `accept` never fails.

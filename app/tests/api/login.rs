@@ -195,3 +195,46 @@ async fn hostile_next_values_are_ignored() {
     let page = client.get(app.url("/admin/login?next=%2Fadmin%2Fkeys%3Fstate%3Dstuck")).send().await.unwrap();
     assert_eq!(field(&page.text().await.unwrap(), "next"), "/admin/keys?state=stuck");
 }
+
+/// A control character in `?next=` (a newline, a NUL, an escape, a header injection) never turns
+/// a correct sign-in into an error. However the browser gets there (the login page's form, which
+/// drops the unsafe `next`; a form posted back to the URL it was given; the raw value in the
+/// form), the operator is signed in and sent to the dashboard's home, never to the unsafe target.
+#[tokio::test]
+async fn control_characters_in_next_still_sign_in_to_the_dashboard() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    for (escaped, raw) in
+        [("%0A", "\n"), ("%00", "\0"), ("%1B", "\u{1b}"), ("%0D%0ASet-Cookie:%20x=1", "\r\nSet-Cookie: x=1")]
+    {
+        let query = format!("?next=%2Fadmin%2Fkeys{escaped}");
+        let next = format!("/admin/keys{raw}");
+
+        // The login page is shown, without the unsafe target; its form signs in to /admin.
+        let client = browser_client();
+        let page = client.get(app.url(&format!("/admin/login{query}"))).send().await.unwrap();
+        assert_eq!(page.status(), StatusCode::OK, "{escaped}");
+        let page = page.text().await.unwrap();
+        assert_eq!(field(&page, "next"), "", "{escaped}: the page does not carry the unsafe target");
+        signs_in_to_the_home(&app, &client, &query, &field(&page, "csrf"), &field(&page, "next")).await;
+
+        // A client that sends the raw value in the form (and posts to the URL it was given).
+        let client = browser_client();
+        let csrf = login_form(&app.url(""), &client).await;
+        signs_in_to_the_home(&app, &client, &query, &csrf, &next).await;
+    }
+}
+
+/// Posts the right name and password with `next` to `/admin/login{query}`; asserts that the
+/// operator is signed in and sent to the dashboard's home.
+async fn signs_in_to_the_home(app: &TestApp, client: &Client, query: &str, csrf: &str, next: &str) {
+    let login = client
+        .post(app.url(&format!("/admin/login{query}")))
+        .form(&[("csrf", csrf), ("name", ADMIN), ("password", PASSWORD), ("next", next)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER, "{query}: {}", login.text().await.unwrap());
+    assert_eq!(login.headers()[LOCATION], "/admin", "{query}");
+    assert_eq!(client.get(app.url("/admin")).send().await.unwrap().status(), StatusCode::OK, "{query}");
+}

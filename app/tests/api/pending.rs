@@ -29,7 +29,7 @@ async fn app() -> TestApp {
 }
 
 /// The same, with pending payments first looked up `first_look_up` after their answer.
-async fn app_looking_up_after(first_look_up: Duration) -> TestApp {
+pub(crate) async fn app_looking_up_after(first_look_up: Duration) -> TestApp {
     let budget = Budget {
         backoff: Backoff { base: first_look_up, cap: Duration::from_millis(200).max(first_look_up) },
         pending_cap: Duration::from_millis(200).max(first_look_up),
