@@ -48,7 +48,9 @@ payonce() { "$PAYONCE_BIN" "$@"; }
 up() {
     # Started on its own, the database belongs to no server: stopping one leaves it running.
     payonce db start > /dev/null 2>> "$WORKSHOP_DIR/cli.log" || { tail -n 5 "$WORKSHOP_DIR/cli.log" >&2; return 1; }
-    running sim || start_process sim "$SIM/_sim/faults" payonce stripe-sim
+    # The binary itself, not the `payonce` function: the pid file must name the simulator, so
+    # that `down` stops it (a function would leave a bash subshell's pid there).
+    running sim || start_process sim "$SIM/_sim/faults" "$PAYONCE_BIN" stripe-sim
     running serve || serve
     running dashboard || start_process dashboard "$DASHBOARD/readyz" \
         env PAYONCE_ADDR="$DASHBOARD_ADDR" PAYONCE_WORKSHOP=true "$PAYONCE_BIN" serve --admin-only
