@@ -55,8 +55,9 @@
 //!                pending payments and refunds, deletes expired keys
 //! simulator      a Stripe-wire-compatible simulator: PaymentIntents, refunds, search, events and
 //!                signed webhook deliveries, a ledger, faults
-//! http           the axum application: routes, extractors, the edge's refusals, RFC 9457
-//!                problem responses, `POST /webhooks/stripe` (the signature checked, then
+//! problem        RFC 9457 problem documents and every problem type (a leaf: the domain stores
+//!                problems as final answers, the API answers with them)
+//! http           the axum application: routes, extractors, the edge's refusals, `POST /webhooks/stripe` (the signature checked, then
 //!                the inbox), and the OpenAPI description at `GET /openapi.json`
 //! web            what the HTML side shares: sessions, CSRF, flash messages, number formats, assets
 //! admin          the operators' dashboard at /admin (docs/dashboard.md)
@@ -92,6 +93,7 @@
 
 pub mod admin;
 pub mod batch;
+pub mod captures;
 pub mod cli;
 pub mod config;
 pub mod customers;
@@ -107,7 +109,9 @@ pub mod metrics;
 pub mod money;
 pub mod operations;
 pub mod payments;
+pub mod problem;
 pub mod refunds;
+pub mod secret;
 pub mod server;
 pub mod shop;
 pub mod simulator;

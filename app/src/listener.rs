@@ -41,8 +41,6 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tower_http::timeout::DeadlineBody;
 
-use crate::config::HttpConfig;
-
 /// The largest request head (request line and headers) hyper reads; above it hyper answers 431.
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
@@ -344,6 +342,34 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// How the HTTP listener protects itself ([`crate::listener`]). Every limit, what it defaults
+/// to and what a client sees when it is hit: docs/operations.md, "Limits and timeouts".
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// The most connections open at once; the listener stops accepting at the cap (new ones wait
+    /// in the kernel's queue). Clamped below the file-descriptor limit at start.
+    pub max_connections: usize,
+    /// A request head (request line and headers) must arrive completely within this, counted
+    /// from its first byte, or from the connection's start for its first request.
+    pub header_read_timeout: Duration,
+    /// A request body must arrive completely within this, counted from the end of its head.
+    pub body_timeout: Duration,
+    /// A kept-alive connection with no request in flight is closed after this long without a
+    /// new one.
+    pub idle_timeout: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            header_read_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
+        }
     }
 }
 

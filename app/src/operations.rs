@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::gateway::Gateway;
 use crate::idempotency::{Idempotent, Operations, RecoveryPoint};
-use crate::{payments, refunds};
+use crate::{captures, payments, refunds};
 
 /// One idempotent operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -19,11 +19,15 @@ pub enum Op {
     Payment,
     /// `POST /v1/refunds`: give back part or all of a payment.
     Refund,
+    /// `POST /v1/payments/{id}/capture`: move the money of an authorized payment.
+    Capture,
+    /// `POST /v1/payments/{id}/cancel`: release an authorized payment's hold.
+    Cancel,
 }
 
 impl Op {
     /// All of them, in the order the dashboard lists them.
-    pub const ALL: [Self; 2] = [Self::Payment, Self::Refund];
+    pub const ALL: [Self; 4] = [Self::Payment, Self::Refund, Self::Capture, Self::Cancel];
 
     /// The method of its route.
     pub fn method(self) -> &'static str {
@@ -36,6 +40,8 @@ impl Op {
         match self {
             Self::Payment => payments::ROUTE,
             Self::Refund => refunds::ROUTE,
+            Self::Capture => captures::CAPTURE_ROUTE,
+            Self::Cancel => captures::CANCEL_ROUTE,
         }
     }
 
@@ -44,6 +50,8 @@ impl Op {
         match self {
             Self::Payment => "payment",
             Self::Refund => "refund",
+            Self::Capture => "capture",
+            Self::Cancel => "cancel",
         }
     }
 
@@ -52,6 +60,8 @@ impl Op {
         match self {
             Self::Payment => "Payments",
             Self::Refund => "Refunds",
+            Self::Capture => "Captures",
+            Self::Cancel => "Cancels",
         }
     }
 
@@ -60,9 +70,13 @@ impl Op {
     pub fn phases(self) -> &'static [RecoveryPoint] {
         static PAYMENT: [RecoveryPoint; 1] = [payments::process::PAYMENT_CREATED];
         static REFUND: [RecoveryPoint; 1] = [refunds::REFUND_CREATED];
+        static CAPTURE: [RecoveryPoint; 1] = [captures::CAPTURE_REQUESTED];
+        static CANCEL: [RecoveryPoint; 1] = [captures::CANCEL_REQUESTED];
         match self {
             Self::Payment => &PAYMENT,
             Self::Refund => &REFUND,
+            Self::Capture => &CAPTURE,
+            Self::Cancel => &CANCEL,
         }
     }
 
@@ -71,6 +85,8 @@ impl Op {
         match self {
             Self::Payment => Arc::new(payments::process::Payments::new(gateway.clone())),
             Self::Refund => Arc::new(refunds::Refunds::new(gateway.clone())),
+            Self::Capture => Arc::new(captures::Settles { capture: true, gateway: gateway.clone() }),
+            Self::Cancel => Arc::new(captures::Settles { capture: false, gateway: gateway.clone() }),
         }
     }
 

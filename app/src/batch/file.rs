@@ -190,7 +190,8 @@ impl Columns {
             (METADATA_BATCH.to_owned(), batch.to_string()),
             (METADATA_ROW.to_owned(), row_id.to_string()),
         ]);
-        let request = CreatePayment { amount, currency, payment_method, description, metadata: Some(metadata) };
+        let request =
+            CreatePayment { amount, currency, payment_method, description, metadata: Some(metadata), capture: None };
         match request.validate() {
             Ok(payment) if problems.is_empty() => Ok(Row { line, row_id, payment }),
             Ok(_) => Err(problems),

@@ -2,13 +2,14 @@
 
 pub mod local;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
 
-use crate::config::DatabaseConfig;
+use crate::secret::Secret;
 use local::{LocalPostgres, LocalPostgresError};
 
 /// The migrations in `migrations/`, embedded in the binary.
@@ -302,4 +303,24 @@ async fn create_database_if_missing(local: &LocalPostgres) -> sqlx::Result<()> {
         }
     }
     admin.close().await
+}
+
+/// Where the data lives.
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    /// `DATABASE_URL`. When absent, a private PostgreSQL is started under `local_dir`.
+    pub url: Option<Secret>,
+    /// The folder of the zero-config PostgreSQL (its data lives in `local_dir/postgres`).
+    pub local_dir: PathBuf,
+    /// The most connections the pool opens.
+    pub pool_size: u32,
+    /// `statement_timeout` of every pooled connection (zero: none). Below the gateway timeout, so
+    /// that a stuck statement ends as a 503 long before a client gives up.
+    pub statement_timeout: Duration,
+    /// `lock_timeout` of every pooled connection (zero: none): a statement waiting this long for
+    /// a lock gives up, so waiters cannot drain the pool behind one long lock.
+    pub lock_timeout: Duration,
+    /// `PAYONCE_READ_REPLICA_URL`: a standby the dashboard's read-only pages may read from, with
+    /// its lag shown. Never used for a key's claim or read, nor any write (docs/ha.md).
+    pub read_replica_url: Option<Secret>,
 }

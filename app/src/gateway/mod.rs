@@ -17,6 +17,7 @@
 //! the base URL and the secret key differ.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 pub mod outcome;
@@ -27,7 +28,7 @@ use serde_json::Value;
 use stripe::StripeError;
 use stripe_client_core::{RequestBuilder, StripeRequest};
 use stripe_core::payment_intent::{
-    CreatePaymentIntent, CreatePaymentIntentAutomaticPaymentMethods,
+    CancelPaymentIntent, CapturePaymentIntent, CreatePaymentIntent, CreatePaymentIntentAutomaticPaymentMethods,
     CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects, RetrievePaymentIntent, SearchPaymentIntent,
 };
 use stripe_core::refund::{CreateRefund, CreateRefundReason, ListRefund, RetrieveRefund};
@@ -37,7 +38,7 @@ use stripe_shared::{ApiErrors, PaymentIntent, Refund};
 use stripe_types::{List, SearchList};
 use uuid::Uuid;
 
-use crate::config::Secret;
+use crate::secret::Secret;
 pub use outcome::{
     Decline, DeclinedBy, ErrorAnswer, GatewayError, IntentAnswer, Outcome, PendingStatus, RefundOutcome, Refusal,
 };
@@ -64,6 +65,8 @@ pub struct Charge<'a> {
     pub metadata: HashMap<String, String>,
     /// The deterministic downstream idempotency key.
     pub idempotency_key: String,
+    /// Authorize only (`capture_method=manual`): the money moves when the payment is captured.
+    pub manual_capture: bool,
 }
 
 /// What to refund.
@@ -178,12 +181,40 @@ impl Gateway {
         if let Some(description) = charge.description {
             request = request.description(description);
         }
+        if charge.manual_capture {
+            request = request.capture_method(stripe_shared::PaymentIntentCaptureMethod::Manual);
+        }
         let started = Instant::now();
         let outcome = match self.call(request.build(), Some(&charge.idempotency_key)).await {
             Ok(body) => intent_outcome(&body),
             Err(outcome) => outcome,
         };
         self.settle("create", started, outcome)
+    }
+
+    /// Captures `amount` of an authorized PaymentIntent (all of what is capturable when `None`),
+    /// under the caller's downstream key: one attempt, as for [`Self::charge`].
+    pub async fn capture(&self, payment_intent: &str, amount: Option<i64>, idempotency_key: &str) -> Outcome {
+        let mut request = CapturePaymentIntent::new(payment_intent);
+        if let Some(amount) = amount {
+            request = request.amount_to_capture(amount);
+        }
+        let started = Instant::now();
+        let outcome = match self.call(request.build(), Some(idempotency_key)).await {
+            Ok(body) => intent_outcome(&body),
+            Err(outcome) => outcome,
+        };
+        self.settle("capture", started, outcome)
+    }
+
+    /// Cancels a PaymentIntent (releases its authorization), under the caller's downstream key.
+    pub async fn cancel(&self, payment_intent: &str, idempotency_key: &str) -> Outcome {
+        let started = Instant::now();
+        let outcome = match self.call(CancelPaymentIntent::new(payment_intent).build(), Some(idempotency_key)).await {
+            Ok(body) => intent_outcome(&body),
+            Err(outcome) => outcome,
+        };
+        self.settle("cancel", started, outcome)
     }
 
     /// Looks a PaymentIntent up by id.
@@ -384,8 +415,9 @@ fn rank(outcome: &Outcome) -> u8 {
     match outcome {
         Outcome::Refused(_) | Outcome::Unknown(_) => 0,
         Outcome::Pending { .. } => 1,
-        Outcome::Declined(_) => 2,
-        Outcome::Succeeded { .. } => 3,
+        Outcome::Authorized { .. } => 2,
+        Outcome::Declined(_) | Outcome::Canceled { .. } => 3,
+        Outcome::Succeeded { .. } => 4,
     }
 }
 
@@ -439,6 +471,7 @@ pub fn classify_intent(intent: &PaymentIntent, next_action: Value) -> Outcome {
     IntentAnswer {
         id: intent.id.as_str(),
         status: intent.status.as_str(),
+        amount_capturable: intent.amount_capturable,
         next_action: Some(next_action),
         last_payment_error: intent.last_payment_error.as_deref().map(|error| error_answer(error, 0, None)),
     }
@@ -457,6 +490,28 @@ fn error_answer(api: &ApiErrors, status: u16, should_retry: Option<bool>) -> Err
         payment_intent: api.payment_intent.as_ref().map(|pi| pi.id.as_str()),
         should_retry,
     }
+}
+
+/// How payments reach the gateway.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Real (or external) Stripe. `None` starts the built-in simulator.
+    pub stripe: Option<StripeConfig>,
+    /// Where the built-in simulator listens when it is started (port 0: any free port).
+    pub simulator_addr: SocketAddr,
+    /// The deadline of one gateway call.
+    pub timeout: Duration,
+    /// `STRIPE_WEBHOOK_SECRET`: the signing secret of payonce's webhook endpoint at Stripe. With
+    /// the built-in simulator, payonce registers its own endpoint and uses the secret it gets.
+    pub webhook_secret: Option<Secret>,
+}
+
+/// A Stripe account, or anything that speaks its API.
+#[derive(Debug, Clone)]
+pub struct StripeConfig {
+    pub secret_key: Secret,
+    /// `STRIPE_API_BASE`; Stripe's own when `None`.
+    pub api_base: Option<String>,
 }
 
 #[cfg(test)]

@@ -19,6 +19,14 @@ pub enum Outcome {
     /// The payment exists at the gateway and may still move money (a bank debit settling, an
     /// authentication the customer has not done yet). It moves on by webhook or reconciliation.
     Pending { payment_intent: String, status: PendingStatus, next_action: Option<Value> },
+    /// The card was authorized for `amount_capturable` (a PaymentIntent created with
+    /// `capture_method=manual`, now `requires_capture`): no money moved yet; a capture moves it,
+    /// a cancel (or the authorization's expiry) releases it.
+    Authorized { payment_intent: String, amount_capturable: i64 },
+    /// The PaymentIntent was canceled (by a cancel, or the authorization expired): no money
+    /// moved, and none will. What that means for a charge that was never authorized is the
+    /// payment's to say (it is then a decline).
+    Canceled { payment_intent: String },
     /// payonce's own fault: its credentials, its URL, its parameters. Never the customer's
     /// outcome: nothing is stored, the key stays resumable, an operator is told.
     Refused(Refusal),
@@ -34,6 +42,8 @@ impl Outcome {
             Self::Succeeded { .. } => "succeeded",
             Self::Declined(_) => "declined",
             Self::Pending { .. } => "pending",
+            Self::Authorized { .. } => "authorized",
+            Self::Canceled { .. } => "canceled",
             Self::Refused(_) => "refused",
             Self::Unknown(GatewayError::Timeout(_)) => "timeout",
             Self::Unknown(GatewayError::Transport(_)) => "transport",
@@ -45,7 +55,10 @@ impl Outcome {
     /// The PaymentIntent the answer names, if any.
     pub fn payment_intent(&self) -> Option<&str> {
         match self {
-            Self::Succeeded { payment_intent } | Self::Pending { payment_intent, .. } => Some(payment_intent),
+            Self::Succeeded { payment_intent }
+            | Self::Pending { payment_intent, .. }
+            | Self::Authorized { payment_intent, .. }
+            | Self::Canceled { payment_intent } => Some(payment_intent),
             Self::Declined(decline) => decline.payment_intent.as_deref(),
             Self::Refused(_) | Self::Unknown(_) => None,
         }
@@ -80,6 +93,20 @@ pub struct Decline {
     pub code: String,
     pub decline_code: Option<String>,
     pub message: String,
+}
+
+impl Decline {
+    /// A charge whose PaymentIntent was canceled before any money moved: for a payment that was
+    /// never authorized, the gateway's refusal of it.
+    pub fn canceled(payment_intent: String) -> Self {
+        Self {
+            payment_intent: Some(payment_intent),
+            by: DeclinedBy::Gateway,
+            code: "payment_intent_canceled".to_owned(),
+            decline_code: None,
+            message: "The PaymentIntent was canceled; no money moved.".to_owned(),
+        }
+    }
 }
 
 /// Who declined.
@@ -178,8 +205,11 @@ impl ErrorAnswer<'_> {
             Outcome::Declined(decline) => {
                 RefundOutcome::Declined { refund: None, code: decline.code, message: decline.message }
             }
-            // An error answer is never a success nor pending.
-            Outcome::Succeeded { .. } | Outcome::Pending { .. } => {
+            // An error answer is never a success, pending, an authorization or a cancel.
+            Outcome::Succeeded { .. }
+            | Outcome::Pending { .. }
+            | Outcome::Authorized { .. }
+            | Outcome::Canceled { .. } => {
                 RefundOutcome::Unknown(GatewayError::Unreadable("an error answer that reads as a success".into()))
             }
         }
@@ -283,6 +313,8 @@ impl ErrorAnswer<'_> {
 pub struct IntentAnswer<'a> {
     pub id: &'a str,
     pub status: &'a str,
+    /// What an authorization may still capture (`requires_capture`).
+    pub amount_capturable: i64,
     /// Stripe's `next_action`, as it sent it.
     pub next_action: Option<Value>,
     /// Why its last payment attempt failed, if it did.
@@ -321,13 +353,8 @@ impl IntentAnswer<'_> {
                     message: error.map_or("The payment attempt failed.", |e| e.message).to_owned(),
                 })
             }
-            "canceled" => Outcome::Declined(Decline {
-                payment_intent: Some(payment_intent),
-                by: DeclinedBy::Gateway,
-                code: "payment_intent_canceled".to_owned(),
-                decline_code: None,
-                message: "The PaymentIntent was canceled; no money moved.".to_owned(),
-            }),
+            "requires_capture" => Outcome::Authorized { payment_intent, amount_capturable: self.amount_capturable },
+            "canceled" => Outcome::Canceled { payment_intent },
             other => Outcome::Refused(Refusal {
                 reason: RefusalReason::UnexpectedStatus,
                 status: None,
@@ -471,14 +498,20 @@ mod tests {
     /// Every PaymentIntent status, with the class it falls in.
     #[test]
     fn intent_statuses() {
-        let intent = |status| IntentAnswer { id: "pi_1", status, next_action: None, last_payment_error: None };
+        let intent = |status| IntentAnswer {
+            id: "pi_1",
+            status,
+            amount_capturable: 0,
+            next_action: None,
+            last_payment_error: None,
+        };
         let expected = [
             ("succeeded", "succeeded"),
             ("processing", "pending"),
             ("requires_action", "pending"),
             ("requires_payment_method", "declined"),
-            ("canceled", "declined"),
-            ("requires_capture", "refused"),
+            ("canceled", "canceled"),
+            ("requires_capture", "authorized"),
             ("requires_confirmation", "refused"),
             ("something_new", "refused"),
         ];

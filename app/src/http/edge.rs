@@ -27,9 +27,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::{ApiError, LoggedError};
 use super::extract::{MAX_BODY, declared_over};
-use super::problem::{CONTENT_TYPE as PROBLEM, Problem};
 use crate::db::can_store;
 use crate::payments::FieldError;
+use crate::problem::{CONTENT_TYPE as PROBLEM, Problem};
 use crate::web::is_return_hint;
 
 /// The longest text kept from an error body as the problem's detail.

@@ -12,7 +12,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::problem::Problem;
 use crate::db::Failure;
 use crate::gateway::GatewayError;
 use crate::gateway::outcome::RefusalReason;
@@ -20,6 +19,7 @@ use crate::idempotency::claim::retry_after as whole_seconds;
 use crate::idempotency::{Busy, ClaimError, KeyError, StoredResponse};
 use crate::payments::FieldError;
 use crate::payments::process::ProcessError;
+use crate::problem::Problem;
 
 /// How long a client should wait while the database is unreachable.
 const DATABASE_RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -91,7 +91,7 @@ impl ApiError {
     /// own (a 400 about the request's fields).
     pub fn to_stored(&self) -> StoredResponse {
         let problem = self.problem();
-        StoredResponse::new(problem.status, super::problem::CONTENT_TYPE, None, problem.to_json())
+        StoredResponse::new(problem.status, crate::problem::CONTENT_TYPE, None, problem.to_json())
     }
 
     fn problem(&self) -> Problem {
@@ -373,7 +373,7 @@ pub async fn log_errors(request: Request, next: Next) -> Response {
 mod tests {
     use super::*;
     use crate::gateway::GatewayError;
-    use crate::http::problem::{ProblemType, TYPES};
+    use crate::problem::{ProblemType, TYPES};
 
     /// Every problem the API's errors become is one of the catalogued types (which the OpenAPI
     /// description documents), with the catalogue's status and title; so is every problem a bare
@@ -419,7 +419,7 @@ mod tests {
             }
         }
         // The payment's own final problems (402, 502) are built in payments::process, the
-        // refund's (409, 502) in refunds::process.
+        // refund's (409, 502) in refunds::process, the capture's and cancel's in captures.
         let built_here: Vec<_> = errors.iter().map(|e| e.problem().type_uri).collect();
         let elsewhere = [
             "card-declined",
@@ -429,6 +429,8 @@ mod tests {
             "refund-exceeds-payment",
             "refund-rejected",
             "refund-abandoned",
+            "payment-not-capturable",
+            "settlement-abandoned",
         ];
         for known in TYPES {
             assert!(

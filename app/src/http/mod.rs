@@ -3,7 +3,7 @@
 //! Every route module exposes `router()`; they are merged here: the API's in [`api`] (utoipa-axum
 //! routers, each route documented in the OpenAPI description as it is registered, see
 //! [`openapi`]), the pages' in [`router`]. Errors are [`error::ApiError`], rendered as RFC 9457
-//! problems ([`problem`]); [`edge`] refuses what no route may receive and gives every other error
+//! problems ([`crate::problem`]); [`edge`] refuses what no route may receive and gives every other error
 //! response a problem body.
 
 pub mod bench;
@@ -16,7 +16,6 @@ pub mod lab;
 pub mod list;
 pub mod openapi;
 pub mod payments;
-pub mod problem;
 pub mod refunds;
 pub mod webhooks;
 
@@ -54,7 +53,7 @@ pub struct AppState {
     pub web: crate::web::WebState,
     /// The secret Stripe signs webhook events with (`whsec_…`); without one, `POST
     /// /webhooks/stripe` refuses every event.
-    pub webhook_secret: Option<Arc<crate::config::Secret>>,
+    pub webhook_secret: Option<Arc<crate::secret::Secret>>,
     /// The claim strategy and lab mode ([`crate::lab`]).
     pub lab: Arc<crate::lab::Lab>,
     /// Every idempotent operation, by route ([`crate::operations`]): what drives their keys.

@@ -47,9 +47,9 @@ use utoipa::{Modify, OpenApi, PartialSchema};
 use utoipa_axum::router::OpenApiRouter;
 
 use super::AppState;
-use super::problem::{self, ProblemType};
 use crate::idempotency::Busy;
 use crate::payments::FieldError;
+use crate::problem::{self, ProblemType};
 
 /// The name of the security scheme of customers' routes: `Authorization: Bearer po_…`.
 pub const API_KEY: &str = "api_key";
@@ -169,7 +169,7 @@ macro_rules! problems {
 
         impl utoipa::IntoResponses for $name {
             fn responses() -> std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::response::Response>> {
-                $crate::http::openapi::problem_responses(&[$($($crate::http::problem::$ty),+)?])
+                $crate::http::openapi::problem_responses(&[$($($crate::problem::$ty),+)?])
             }
         }
     };

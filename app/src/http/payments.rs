@@ -11,13 +11,18 @@ use super::extract::{Authenticated, Json, Query};
 use super::list::{self, ListObject};
 use super::openapi::problems;
 use super::{AppState, idempotent};
+use crate::captures::Settle;
 use crate::idempotency::IdempotencyKey;
 use crate::operations::Op;
 use crate::payments::model::PaymentView;
-use crate::payments::{CreatePayment, PaymentId, store};
+use crate::payments::{CreatePayment, FieldError, PaymentId, store};
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(create, list)).routes(routes!(show))
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(show))
+        .routes(routes!(capture))
+        .routes(routes!(cancel))
 }
 
 problems!(
@@ -88,6 +93,90 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let request = body.validate().map_err(ApiError::invalid_fields)?;
     idempotent::respond(&state, Op::Payment, customer.id, key, &request).await
+}
+
+problems!(
+    SettleProblems: UNAUTHORIZED, IDEMPOTENCY_KEY_MISSING, IDEMPOTENCY_KEY_INVALID, INVALID_REQUEST,
+        UNSUPPORTED_MEDIA_TYPE, REQUEST_TIMEOUT, NOT_FOUND, IDEMPOTENCY_KEY_IN_USE, IDEMPOTENCY_KEY_REUSED,
+        PAYMENT_NOT_CAPTURABLE, SETTLEMENT_ABANDONED, GATEWAY_UNAVAILABLE, GATEWAY_REFUSED, SERVICE_UNAVAILABLE
+);
+
+/// The body of a capture: how much to capture, all that is capturable when absent.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureBody {
+    #[schema(minimum = 1, maximum = 99_999_999)]
+    pub amount_to_capture: Option<i64>,
+}
+
+/// Capture an authorized payment (`"capture": "manual"`): all of it, or `amount_to_capture`; once.
+///
+/// The money moves now. However many keys capture or cancel one payment, one capture or one
+/// cancel happens (the others get 409 `payment-not-capturable`, without using their key).
+#[utoipa::path(
+    post,
+    path = "/v1/payments/{id}/capture",
+    tag = "payments",
+    operation_id = "capturePayment",
+    security(("api_key" = [])),
+    params(
+        ("id" = String, Path, description = "The payment's id (`pay_…`)."),
+        ("Idempotency-Key" = String, Header, pattern = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#,
+         description = "One key per capture, sent unchanged with every retry of it; as for `POST /v1/payments`."),
+    ),
+    request_body = CaptureBody,
+    responses(
+        (status = 200, description = "Captured (or the replay of that answer).", body = PaymentView,
+         headers(("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer."))),
+        SettleProblems,
+    )
+)]
+async fn capture(
+    State(state): State<AppState>,
+    Authenticated(customer): Authenticated,
+    key: IdempotencyKey,
+    Path(id): Path<String>,
+    Json(body): Json<CaptureBody>,
+) -> Result<Response, ApiError> {
+    if let Some(amount) =
+        body.amount_to_capture.filter(|amount| !(1..=crate::payments::request::MAX_AMOUNT).contains(amount))
+    {
+        return Err(ApiError::invalid_fields(vec![FieldError::new(
+            "amount_to_capture",
+            format!("must be between 1 and {} (minor units), not {amount}", crate::payments::request::MAX_AMOUNT),
+        )]));
+    }
+    let payment = PaymentId::parse(&id).ok_or(ApiError::NotFound)?.to_string();
+    let request = Settle { payment, amount_to_capture: body.amount_to_capture };
+    idempotent::respond(&state, Op::Capture, customer.id, key, &request).await
+}
+
+/// Cancel an authorized payment (`"capture": "manual"`): its hold is released, no money moves; once.
+#[utoipa::path(
+    post,
+    path = "/v1/payments/{id}/cancel",
+    tag = "payments",
+    operation_id = "cancelPayment",
+    security(("api_key" = [])),
+    params(
+        ("id" = String, Path, description = "The payment's id (`pay_…`)."),
+        ("Idempotency-Key" = String, Header, pattern = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#,
+         description = "One key per cancel, sent unchanged with every retry of it; as for `POST /v1/payments`."),
+    ),
+    responses(
+        (status = 200, description = "Canceled (or the replay of that answer).", body = PaymentView,
+         headers(("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer."))),
+        SettleProblems,
+    )
+)]
+async fn cancel(
+    State(state): State<AppState>,
+    Authenticated(customer): Authenticated,
+    key: IdempotencyKey,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let payment = PaymentId::parse(&id).ok_or(ApiError::NotFound)?.to_string();
+    idempotent::respond(&state, Op::Cancel, customer.id, key, &Settle { payment, amount_to_capture: None }).await
 }
 
 #[utoipa::path(

@@ -1,6 +1,6 @@
 //! The payment resource: its row, its public id and its JSON representation.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -32,7 +32,7 @@ impl std::fmt::Display for PaymentId {
 
 /// Where a payment is in its life. Statuses only move forward, in this order (the database
 /// refuses anything else, `payment_status_rank`): `pending` < `requires_action` < `processing` <
-/// `succeeded` = `failed`, the last two terminal.
+/// `requires_capture` < `succeeded` = `failed` = `canceled`, the last three terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PaymentStatus {
@@ -42,9 +42,13 @@ pub enum PaymentStatus {
     RequiresAction,
     /// The PaymentIntent is settling (a bank debit): money may still move, either way.
     Processing,
+    /// Authorized (`"capture": "manual"`): the hold waits for a capture or a cancel.
+    RequiresCapture,
     Succeeded,
     /// Declined (by the issuer or the gateway), or confirmed never charged.
     Failed,
+    /// An authorization released: canceled, or expired uncaptured. No money moved.
+    Canceled,
 }
 
 impl PaymentStatus {
@@ -53,8 +57,10 @@ impl PaymentStatus {
             Self::Pending => "pending",
             Self::RequiresAction => "requires_action",
             Self::Processing => "processing",
+            Self::RequiresCapture => "requires_capture",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
+            Self::Canceled => "canceled",
         }
     }
 
@@ -63,15 +69,17 @@ impl PaymentStatus {
             "pending" => Some(Self::Pending),
             "requires_action" => Some(Self::RequiresAction),
             "processing" => Some(Self::Processing),
+            "requires_capture" => Some(Self::RequiresCapture),
             "succeeded" => Some(Self::Succeeded),
             "failed" => Some(Self::Failed),
+            "canceled" => Some(Self::Canceled),
             _ => None,
         }
     }
 
-    /// Whether the payment can still change (by webhook or reconciliation).
+    /// Whether the payment can still change (by webhook, reconciliation, a capture or a cancel).
     pub fn is_final(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed)
+        matches!(self, Self::Succeeded | Self::Failed | Self::Canceled)
     }
 }
 
@@ -99,24 +107,23 @@ pub struct Answered {
     pub payment_intent: Option<String>,
     pub failure: Option<Failure>,
     pub next_action: Option<Value>,
+    /// What an authorization may capture (`requires_capture`), 0 otherwise.
+    pub amount_capturable: i64,
 }
 
 impl Answered {
     /// `None` for refused and unknown answers, which say nothing about the payment.
     pub fn of(outcome: &Outcome) -> Option<Self> {
         Some(match outcome {
-            Outcome::Succeeded { payment_intent } => Self {
-                status: PaymentStatus::Succeeded,
-                payment_intent: Some(payment_intent.clone()),
-                failure: None,
-                next_action: None,
+            Outcome::Succeeded { payment_intent } => Self::plain(PaymentStatus::Succeeded, payment_intent),
+            Outcome::Pending { payment_intent, status, next_action } => {
+                Self { next_action: next_action.clone(), ..Self::plain((*status).into(), payment_intent) }
+            }
+            Outcome::Authorized { payment_intent, amount_capturable } => Self {
+                amount_capturable: *amount_capturable,
+                ..Self::plain(PaymentStatus::RequiresCapture, payment_intent)
             },
-            Outcome::Pending { payment_intent, status, next_action } => Self {
-                status: (*status).into(),
-                payment_intent: Some(payment_intent.clone()),
-                failure: None,
-                next_action: next_action.clone(),
-            },
+            Outcome::Canceled { payment_intent } => Self::plain(PaymentStatus::Canceled, payment_intent),
             Outcome::Declined(decline) => Self {
                 status: PaymentStatus::Failed,
                 payment_intent: decline.payment_intent.clone(),
@@ -126,9 +133,21 @@ impl Answered {
                     message: decline.message.clone(),
                 }),
                 next_action: None,
+                amount_capturable: 0,
             },
             Outcome::Refused(_) | Outcome::Unknown(_) => return None,
         })
+    }
+
+    /// `status`, named by `payment_intent`, with nothing else to say.
+    fn plain(status: PaymentStatus, payment_intent: &str) -> Self {
+        Self {
+            status,
+            payment_intent: Some(payment_intent.to_owned()),
+            failure: None,
+            next_action: None,
+            amount_capturable: 0,
+        }
     }
 }
 
@@ -149,6 +168,13 @@ pub struct Payment {
     pub failure: Option<Failure>,
     /// Stripe's `next_action` while the payment is `requires_action`.
     pub next_action: Option<Value>,
+    /// Authorize only (`"capture": "manual"`): money moves when it is captured.
+    pub manual_capture: bool,
+    /// What its authorization may still capture (`requires_capture`), 0 otherwise.
+    pub amount_capturable: i64,
+    /// The money that moved: the whole amount once an automatic payment succeeded, what its
+    /// capture took for a manual one. Refunds never take more.
+    pub amount_captured: i64,
     pub created_at: OffsetDateTime,
 }
 
@@ -174,6 +200,9 @@ impl Payment {
             payment_intent: None,
             failure: None,
             next_action: None,
+            manual_capture: request.manual_capture(),
+            amount_capturable: 0,
+            amount_captured: 0,
             created_at,
         }
     }
@@ -186,6 +215,10 @@ impl Payment {
             self.payment_intent = answered.payment_intent.or(self.payment_intent.take());
             self.failure = answered.failure;
             self.next_action = answered.next_action;
+            self.amount_capturable = answered.amount_capturable;
+            if self.status == PaymentStatus::Succeeded && !self.manual_capture {
+                self.amount_captured = self.amount;
+            }
         }
     }
 
@@ -212,6 +245,9 @@ impl Payment {
             description: self.description.clone(),
             metadata: self.metadata.clone(),
             status: self.status,
+            capture: if self.manual_capture { CaptureMethod::Manual } else { CaptureMethod::Automatic },
+            amount_capturable: self.amount_capturable,
+            amount_captured: self.amount_captured,
             payment_intent: self.payment_intent.clone(),
             next_action: self.next_action.clone(),
             failure: self.failure.as_ref().map(|f| FailureView {
@@ -252,6 +288,15 @@ pub struct PaymentView {
     #[schema(value_type = std::collections::BTreeMap<String, String>)]
     pub metadata: Value,
     pub status: PaymentStatus,
+    /// `automatic`: charged at once; `manual`: authorized, charged by a capture.
+    pub capture: CaptureMethod,
+    /// What its authorization may still capture (`requires_capture`), 0 otherwise.
+    #[schema(minimum = 0, maximum = 99_999_999)]
+    pub amount_capturable: i64,
+    /// The money that moved: the whole amount once an automatic payment succeeded, what the
+    /// capture took for a manual one (0 before). Refunds never take more.
+    #[schema(minimum = 0, maximum = 99_999_999)]
+    pub amount_captured: i64,
     /// The Stripe PaymentIntent, once the gateway answered.
     pub payment_intent: Option<String>,
     /// Stripe's `next_action` while the payment is `requires_action` (3-D Secure), as Stripe sent it.
@@ -262,6 +307,15 @@ pub struct PaymentView {
     /// When payonce created it (RFC 3339).
     #[schema(format = DateTime)]
     pub created: String,
+}
+
+/// When a payment's money moves: at once, or when it is captured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureMethod {
+    #[default]
+    Automatic,
+    Manual,
 }
 
 /// The `object` member of a payment: always `payment`.

@@ -38,8 +38,8 @@ use super::{reconcile, store};
 use crate::customers::CustomerId;
 use crate::failpoint;
 use crate::gateway::{self, Charge, Decline, DeclinedBy, Gateway, Outcome, Refusal};
-use crate::http::problem::{self, Problem};
 use crate::idempotency::{Begun, BoxFuture, EventKind, Idempotent, Lease, RecoveryPoint, StoredResponse};
+use crate::problem::{self, Problem};
 
 /// Why a key was not driven to completion this time (the engine's, shared by every operation).
 pub use crate::idempotency::ProcessError;
@@ -125,10 +125,25 @@ pub(super) async fn conclude(
     mut payment: Payment,
     outcome: Outcome,
 ) -> Result<StoredResponse, ProcessError> {
+    // A charge canceled before it was ever authorized is the gateway's refusal of it.
+    let outcome = match outcome {
+        Outcome::Canceled { payment_intent } => Outcome::Declined(Decline::canceled(payment_intent)),
+        other => other,
+    };
     match outcome {
-        Outcome::Succeeded { .. } | Outcome::Declined(_) | Outcome::Pending { .. } => {
-            payment.apply(&outcome);
-            let decline = match &outcome {
+        Outcome::Refused(refusal) => {
+            let retry_after = lease.give_back(refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
+            Err(ProcessError::Refused { refusal, retry_after })
+        }
+        Outcome::Unknown(error) => {
+            tracing::warn!(key_id = %lease.key_id, %error, "no answer that tells from the gateway; releasing the key");
+            let retry_after = lease.give_back(&error.to_string(), None).await?;
+            Err(ProcessError::Gateway { error, retry_after })
+        }
+        // Succeeded, declined, pending, authorized: an answer about the payment, stored.
+        answered => {
+            payment.apply(&answered);
+            let decline = match &answered {
                 Outcome::Declined(decline) => Some(decline),
                 _ => None,
             };
@@ -142,15 +157,6 @@ pub(super) async fn conclude(
                 "payment answered"
             );
             Ok(response)
-        }
-        Outcome::Refused(refusal) => {
-            let retry_after = lease.give_back(refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
-            Err(ProcessError::Refused { refusal, retry_after })
-        }
-        Outcome::Unknown(error) => {
-            tracing::warn!(key_id = %lease.key_id, %error, "no answer that tells from the gateway; releasing the key");
-            let retry_after = lease.give_back(&error.to_string(), None).await?;
-            Err(ProcessError::Gateway { error, retry_after })
         }
     }
 }
@@ -176,8 +182,9 @@ async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPay
     let created_at = sqlx::query_scalar!(
         r#"
         with payment as (
-            insert into payments (id, customer_id, key_id, amount, currency, payment_method, description, metadata)
-            values ($1, $2, $3, $4, $5, $6, $7, $8)
+            insert into payments (id, customer_id, key_id, amount, currency, payment_method, description, metadata,
+                                  capture_method)
+            values ($1, $2, $3, $4, $5, $6, $7, $8, $11)
             on conflict (id, customer_id) do nothing
             returning created_at
         ), event as (
@@ -197,6 +204,7 @@ async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPay
         metadata,
         lease.token,
         id.to_string(),
+        if request.manual_capture() { "manual" } else { "automatic" },
     )
     .fetch_optional(conn)
     .await?;
@@ -230,6 +238,7 @@ pub(crate) fn charge_with_key<'a>(payment: &'a Payment, client_key: &str, downst
         description: payment.description.as_deref(),
         metadata,
         idempotency_key: downstream_key,
+        manual_capture: payment.manual_capture,
     }
 }
 
@@ -249,6 +258,7 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
             update payments p
                set status = $6, gateway_payment_intent_id = coalesce($7, p.gateway_payment_intent_id),
                    failure_code = $8, decline_code = $9, failure_message = $10, next_action = $11,
+                   amount_capturable = $14,
                    reconcile_at = case when $6 in ('requires_action', 'processing')
                                        then coalesce(p.reconcile_at, now() + payonce_backoff(1, $12, $13))
                                   end,
@@ -272,6 +282,7 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
         payment.next_action,
         budget.backoff.base.as_secs_f64(),
         budget.pending_cap.as_secs_f64(),
+        payment.amount_capturable,
     )
     .fetch_one(lease.engine().pool())
     .await?;
@@ -349,8 +360,11 @@ pub(super) async fn not_charged(
 /// succeeded, 202 while it is pending), or the 402 problem of its decline.
 pub(crate) fn final_response(payment: &Payment, decline: Option<&Decline>) -> StoredResponse {
     let Some(decline) = decline else {
-        let status =
-            if payment.status == PaymentStatus::Succeeded { StatusCode::CREATED } else { StatusCode::ACCEPTED };
+        // Succeeded, or authorized as asked: the payment the client wanted. Pending: 202.
+        let status = match payment.status {
+            PaymentStatus::Succeeded | PaymentStatus::RequiresCapture => StatusCode::CREATED,
+            _ => StatusCode::ACCEPTED,
+        };
         let body = serde_json::to_vec(&payment.to_json()).expect("a payment always serialises");
         return StoredResponse::new(status, "application/json", Some(payment.location()), body);
     };

@@ -115,7 +115,11 @@ pub async fn pending(engine: &Engine, gateway: &Gateway, due: &Due) -> sqlx::Res
     let outcome = gateway.retrieve(intent).await;
     let detail = json!({"method": "retrieve", "answer": outcome.label(), "payment_intent": intent});
     match &outcome {
-        Outcome::Succeeded { .. } | Outcome::Declined(_) | Outcome::Pending { .. } => {
+        Outcome::Succeeded { .. }
+        | Outcome::Declined(_)
+        | Outcome::Pending { .. }
+        | Outcome::Authorized { .. }
+        | Outcome::Canceled { .. } => {
             let mut conn = engine.pool().acquire().await?;
             let advanced = store::advance(
                 &mut conn,

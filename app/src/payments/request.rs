@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::db::can_store;
 use crate::money::Currency;
+use crate::payments::model::CaptureMethod;
 
 /// The largest amount accepted, in minor units: Stripe's limit for most currencies (eight digits).
 pub const MAX_AMOUNT: i64 = 99_999_999;
@@ -50,6 +51,11 @@ pub struct CreatePayment {
     #[serde(default)]
     #[schema(schema_with = metadata_schema)]
     pub metadata: Option<BTreeMap<String, String>>,
+    /// `automatic` (the default): charge now. `manual`: authorize only; the money moves when the
+    /// payment is captured (`POST /v1/payments/{id}/capture`), or the hold is released
+    /// (`POST /v1/payments/{id}/cancel`).
+    #[serde(default)]
+    pub capture: Option<CaptureMethod>,
 }
 
 /// A text without NUL, as a JSON Schema pattern (PostgreSQL cannot store `\u0000`).
@@ -110,6 +116,21 @@ pub struct NewPayment {
     /// Always present (possibly empty), so `{}` and an absent `metadata` are the same request.
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// Left out when automatic, so that the canonical form (and the fingerprint) of every
+    /// payment request made before manual capture existed is unchanged.
+    #[serde(default, skip_serializing_if = "is_automatic")]
+    pub capture: CaptureMethod,
+}
+
+fn is_automatic(capture: &CaptureMethod) -> bool {
+    *capture == CaptureMethod::Automatic
+}
+
+impl NewPayment {
+    /// Authorize only.
+    pub fn manual_capture(&self) -> bool {
+        self.capture == CaptureMethod::Manual
+    }
 }
 
 /// One invalid field, reported to the client in the problem's `errors` member.
@@ -184,6 +205,7 @@ impl CreatePayment {
             payment_method: self.payment_method,
             description: self.description,
             metadata,
+            capture: self.capture.unwrap_or_default(),
         })
     }
 }

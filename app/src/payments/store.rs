@@ -26,6 +26,9 @@ struct Row {
     decline_code: Option<String>,
     failure_message: Option<String>,
     next_action: Option<serde_json::Value>,
+    capture_method: String,
+    amount_capturable: i64,
+    amount_captured: i64,
     created_at: OffsetDateTime,
 }
 
@@ -52,6 +55,9 @@ impl TryFrom<Row> for Payment {
                 message: row.failure_message.unwrap_or_default(),
             }),
             next_action: row.next_action,
+            manual_capture: row.capture_method == "manual",
+            amount_capturable: row.amount_capturable,
+            amount_captured: row.amount_captured,
             created_at: row.created_at,
         })
     }
@@ -64,7 +70,8 @@ pub async fn find_by_key(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Pay
         Row,
         r#"
         select id, customer_id, amount, amount_refunded, currency, payment_method, description, metadata, status,
-               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
+               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, capture_method,
+               amount_capturable, amount_captured, created_at
         from payments
         where key_id = $1
         "#,
@@ -82,7 +89,8 @@ pub async fn find(pool: &PgPool, customer_id: Uuid, id: PaymentId) -> sqlx::Resu
         Row,
         r#"
         select id, customer_id, amount, amount_refunded, currency, payment_method, description, metadata, status,
-               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
+               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, capture_method,
+               amount_capturable, amount_captured, created_at
         from payments
         where id = $1 and customer_id = $2
         "#,
@@ -108,7 +116,8 @@ pub async fn list(
         Row,
         r#"
         select id, customer_id, amount, amount_refunded, currency, payment_method, description, metadata, status,
-               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, created_at
+               gateway_payment_intent_id, failure_code, decline_code, failure_message, next_action, capture_method,
+               amount_capturable, amount_captured, created_at
         from payments
         where customer_id = $1
           and ($2::uuid is null or (created_at, id) < (select created_at, id from payments where id = $2))
@@ -162,6 +171,7 @@ pub async fn advance(
             update payments p
                set status = $2, gateway_payment_intent_id = coalesce(p.gateway_payment_intent_id, $3),
                    failure_code = $4, decline_code = $5, failure_message = $6, next_action = $7,
+                   amount_capturable = $13,
                    reconcile_at = case when $2 in ('requires_action', 'processing')
                                        then coalesce(p.reconcile_at, now() + payonce_backoff(1, $9, $10))
                                   end,
@@ -192,6 +202,7 @@ pub async fn advance(
         budget.pending_cap.as_secs_f64(),
         kind.as_str(),
         detail,
+        target.amount_capturable,
     )
     .fetch_optional(conn)
     .await?;

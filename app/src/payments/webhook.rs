@@ -88,16 +88,19 @@ fn answer_of(kind: &str, intent: &PaymentIntent, raw_next_action: serde_json::Va
         ("payment_intent.succeeded", Outcome::Succeeded { .. })
             | ("payment_intent.processing", Outcome::Pending { status: PendingStatus::Processing, .. })
             | ("payment_intent.requires_action", Outcome::Pending { status: PendingStatus::RequiresAction, .. })
-            | ("payment_intent.payment_failed" | "payment_intent.canceled", Outcome::Declined(_))
+            | ("payment_intent.amount_capturable_updated", Outcome::Authorized { .. })
+            | ("payment_intent.payment_failed", Outcome::Declined(_))
+            | ("payment_intent.canceled", Outcome::Canceled { .. })
     );
     expected.then_some(outcome)
 }
 
 /// The PaymentIntent event types payonce acts on.
-pub const HANDLED: [&str; 5] = [
+pub const HANDLED: [&str; 6] = [
     "payment_intent.succeeded",
     "payment_intent.processing",
     "payment_intent.requires_action",
+    "payment_intent.amount_capturable_updated",
     "payment_intent.payment_failed",
     "payment_intent.canceled",
 ];

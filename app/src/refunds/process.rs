@@ -39,11 +39,11 @@ use crate::customers::CustomerId;
 use crate::failpoint;
 use crate::gateway::{self, Gateway, RefundCall, RefundOutcome};
 use crate::http::error::ApiError;
-use crate::http::problem::{self, Problem};
 use crate::idempotency::{Begun, BoxFuture, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
 use crate::money::Currency;
 use crate::payments::process::refusal_detail;
 use crate::payments::{FieldError, PaymentId};
+use crate::problem::{self, Problem};
 
 /// The recovery point at which the refund row exists and its amount is reserved on the payment:
 /// the gateway may or may not have been called.
@@ -142,7 +142,7 @@ async fn reserve(
     let id = RefundId(lease.identity());
     let Some(row) = sqlx::query!(
         r#"
-        select status, amount, amount_refunded, currency, gateway_payment_intent_id,
+        select status, amount_captured, amount_refunded, currency, gateway_payment_intent_id,
                exists (select from refunds where id = $3) as "taken!"
         from payments
         where id = $1 and customer_id = $2
@@ -170,10 +170,11 @@ async fn reserve(
     {
         return Ok(Err(ApiError::invalid_fields(vec![FieldError::new("amount", why)]).to_stored()));
     }
-    let remaining = row.amount - row.amount_refunded;
+    // Only the money that moved comes back: all of an automatic payment, what a capture took.
+    let remaining = row.amount_captured - row.amount_refunded;
     let amount = request.amount.unwrap_or(remaining);
     if remaining == 0 || amount > remaining {
-        return Ok(Err(exceeds(payment, amount, remaining, row.amount, &row.currency)));
+        return Ok(Err(exceeds(payment, amount, remaining, row.amount_captured, &row.currency)));
     }
     let metadata = serde_json::to_value(&request.metadata).unwrap_or_default();
     // The conditional update is the invariant itself: even a caller that skipped the check
@@ -183,7 +184,7 @@ async fn reserve(
         with reserved as (
             update payments
                set amount_refunded = amount_refunded + $4, updated_at = now()
-             where id = $3 and amount_refunded + $4 <= amount
+             where id = $3 and amount_refunded + $4 <= amount_captured
             returning id, currency
         ), refund as (
             insert into refunds (id, customer_id, payment_id, key_id, amount, currency, reason, metadata)

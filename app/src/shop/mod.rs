@@ -274,6 +274,7 @@ async fn pay(
         payment_method: card.payment_method.to_owned(),
         description: Some(product.name.to_owned()),
         metadata: Some([("product".to_owned(), product.id.to_owned())].into()),
+        capture: None,
     };
     let request =
         body.validate().map_err(|errors| WebError::Internal(format!("catalogue payment invalid: {errors:?}")))?;

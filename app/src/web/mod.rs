@@ -24,10 +24,9 @@ pub mod session;
 pub mod simulator;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
-
-use crate::config::WebConfig;
 
 /// Whether `name` is the sign-in's return-to hint: `next` on `/admin/login`, in the query or in
 /// the form. It is never stored or looked up, only followed when it is a safe dashboard path and
@@ -84,6 +83,44 @@ pub fn ago(secs: f64) -> String {
 /// An amount in minor units as money, in the currency's own units: `12.50 USD`, `100,000 JPY`,
 /// `12.340 KWD` ([`crate::money`]).
 pub use crate::money::format as money;
+
+/// The browser-facing side: the admin dashboard and the shop ([`crate::web`]).
+#[derive(Debug, Clone)]
+pub struct WebConfig {
+    /// `PAYONCE_SECURE_COOKIES`: mark session cookies `Secure`. Must be true whenever payonce is
+    /// reached over HTTPS (behind a TLS-terminating proxy too); false only for `http://localhost`,
+    /// where a browser would refuse to send a `Secure` cookie back.
+    pub secure_cookies: bool,
+    /// An operator is signed out after this long without using the dashboard. The dashboard's
+    /// own live refresh does not count as use.
+    pub admin_idle: Duration,
+    /// How many sign-in passwords are checked at once. Each argon2 check holds 19 MiB for tens of
+    /// milliseconds of CPU: more than the cores can run only adds memory.
+    pub password_checks: usize,
+    /// How long a sign-in waits for its turn to be checked before it is answered 429.
+    pub password_check_wait: Duration,
+    /// `PAYONCE_WORKSHOP`: a classroom, not production. The dashboard's live refresh keeps the
+    /// session alive (a projected dashboard is never signed out), and the gateway panel offers a
+    /// reset that empties the simulator's ledger and deletes every key and payment.
+    pub workshop: bool,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self {
+            secure_cookies: false,
+            admin_idle: Duration::from_secs(30 * 60),
+            password_checks: default_password_checks(),
+            password_check_wait: Duration::from_secs(5),
+            workshop: false,
+        }
+    }
+}
+
+/// One password check per core.
+pub fn default_password_checks() -> usize {
+    std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
+}
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 //!
 //! The cookie is `HttpOnly` (no script can read it), `SameSite` (not sent on cross-site
 //! requests: the first line of CSRF defence, [`super::csrf`] is the second) and `Secure` when
-//! [`crate::config::WebConfig::secure_cookies`] says the site is served over HTTPS.
+//! [`super::WebConfig::secure_cookies`] says the site is served over HTTPS.
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
-use crate::config::WebConfig;
+use super::WebConfig;
 
 /// Which cookie a router's sessions use.
 #[derive(Debug, Clone, Copy)]

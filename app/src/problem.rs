@@ -36,6 +36,16 @@ impl ProblemType {
         format!("{TYPE_BASE}{}", self.slug)
     }
 
+    /// A problem of this type, saying `detail`: what the domain stores as a final answer.
+    pub fn problem(&self, detail: impl Into<String>) -> Problem {
+        Problem::new(self.status, self.slug, self.title, detail)
+    }
+
+    /// That problem as a final answer (not replayed with a location).
+    pub fn stored(&self, problem: Problem) -> crate::idempotency::StoredResponse {
+        crate::idempotency::StoredResponse::new(self.status, CONTENT_TYPE, None, problem.to_json())
+    }
+
     /// The type of this slug.
     pub fn of(slug: &str) -> Option<&'static ProblemType> {
         TYPES.iter().find(|t| t.slug == slug)
@@ -97,6 +107,10 @@ problem_types! {
         "`POST /v1/refunds` for more than remains of the payment (its other refunds, in progress included, take the rest). Not stored.");
     REFUND_REJECTED = ("refund-rejected", BAD_GATEWAY, "Refund rejected by the gateway",
         "The gateway would not refund (already refunded, not that much remains, or the refund failed). Final, and replayed.");
+    PAYMENT_NOT_CAPTURABLE = ("payment-not-capturable", CONFLICT, "Payment not capturable",
+        "A capture or cancel of a payment that is not authorized and unsettled: not `requires_capture`, or already claimed by a capture or a cancel (one, once), or its authorization expired.");
+    SETTLEMENT_ABANDONED = ("settlement-abandoned", BAD_GATEWAY, "Capture or cancel abandoned",
+        "The gateway confirmed it never made the capture (or cancel): the authorization is as it was. Send it again with a new key.");
     REFUND_ABANDONED = ("refund-abandoned", BAD_GATEWAY, "Refund abandoned",
         "The refund key's budget was spent and the gateway confirmed it never made the refund. Final, and replayed.");
     LOCK_SERVICE_UNAVAILABLE = ("lock-service-unavailable", SERVICE_UNAVAILABLE, "Lock service unavailable",
