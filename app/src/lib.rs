@@ -6,65 +6,86 @@
 //!
 //! # Layout
 //!
+//! Top to bottom: a module imports only modules listed below it, so there is no import circle
+//! (tests/api/architecture.rs fails on one) and each can be read from those beneath it. The
+//! composition root (`cli`, `server`, `config`, `app`) is on top; the engine (`idempotency`) at
+//! the bottom imports nothing of payonce's own.
+//!
 //! ```text
 //! cli            the `payonce` command line: serve, sweep, migrate, customers, admins, stripe-sim,
 //!                db, batch
+//! server         `payonce serve`: startup and orderly shutdown of everything below
+//! config         runtime configuration resolved from flags and environment; each part's settings
+//!                are defined beside their users (db, gateway, listener, web, …) and gathered here
+//! app            the whole application: the API, the dashboard, the shop and the assets, behind
+//!                the middleware every response goes through
+//! admin          the operators' dashboard at /admin (docs/dashboard.md)
+//! shop           a demo shop at / with a double-click-proof checkout (and authorize-only)
+//! http           the JSON API: routes, extractors, the error type (domain outcomes become problem
+//!                documents here, and only here), the edge's refusals, `POST /webhooks/stripe`
+//!                (the signature checked, then the inbox), the OpenAPI description
+//!   idempotent   one operation's request run by the engine (or a lab strategy) to its answer
+//! state          `AppState`: what every handler, the API's and the pages', can reach
+//! web            what the HTML side shares: sessions, CSRF, flash messages, number formats, assets
 //! batch          `payonce batch charge FILE.csv`: a resumable bulk charge client of the HTTP API,
 //!                one Idempotency-Key per row derived before the first request, each 202 followed
 //!                until its payment is final (docs/batch.md)
-//! config         runtime configuration resolved from flags and environment
-//! server         `payonce serve`: startup and orderly shutdown of everything below
-//! listener       the HTTP/1.1 accept loop: connection cap, header, idle and body timeouts
-//! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
-//! metrics        Prometheus counters and histograms (`GET /metrics`)
-//! db             the connection pool, migrations, and the zero-config local PostgreSQL (which
-//!                keeps its port across restarts: `payonce db url|start|stop`)
-//! customers      API customers and their keys (hashed, compared in constant time, cached 30 s)
-//! idempotency    the engine, independent of what a request does:
-//!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)
-//!   fingerprint  canonical JSON and the SHA-256 request fingerprint
-//!   claim        INSERT … ON CONFLICT DO NOTHING, and the decision taken on conflict
-//!   budget       one backoff, attempts and the downstream key's horizon, for every path
-//!   lease        the fencing token, the heartbeat, releasing a key
-//!   recovery     taking over abandoned and spent keys, reaping expired ones (SKIP LOCKED)
-//!   response     the stored response, replayed byte for byte
-//!   replays      final answers replayed recently, kept in memory for a few seconds
-//!   events       the append-only `idempotency_events` log
-//!   operator     the dashboard's fenced actions: release a stuck key, expire a final one
-//!   operation    the seam an operation implements (`Idempotent`: route, first write, resume),
-//!                and the registry the sweeper drives abandoned keys through
-//! money          amounts in each currency's minor unit as Stripe defines it (ISO 4217 plus
-//!                Stripe's exceptions): formatting, parsing, and the amounts Stripe refuses
+//! sweeper        the background worker: completes abandoned keys, reconciles spent keys and
+//!                pending payments and refunds, deletes expired keys
+//! lab            the claim-strategy lab: for-update, redis and check-then-insert beside the
+//!                engine's on-conflict (`PAYONCE_CLAIM_STRATEGY`, docs/strategies.md), chosen
+//!                once at startup (`lab::Claims`)
+//! operations     the registry: every idempotent operation (payment, refund, capture, cancel) in
+//!                one closed enum (`Op`) with its route, method, phases and driver
+//! captures       capture and cancel of an authorized payment: operations written against the
+//!                engine's seam alone (docs/architecture.md works the capture through)
+//! refunds        the refund resource: its amount reserved on the payment at the first write (the
+//!                claim's transaction), so different keys never refund more than was captured
+//!   webhook      Stripe's refund events, applied forward only (a handler of the inbox)
+//!   reconcile    pending refunds looked up at the gateway when due (the net under webhooks)
 //! payments       the payment resource:
 //!   process      its recovery points (started → payment_created → finished): one short
 //!                statement each, the gateway call between them
 //!   reconcile    asking the gateway what became of it: spent keys, pending payments
 //!   webhook      Stripe's PaymentIntent events, applied forward only (a handler of the inbox)
-//! refunds        the refund resource, the second idempotent operation: its amount reserved on
-//!                the payment at the first write (the claim's transaction), so different keys
-//!                never refund more than was paid
-//!   webhook      Stripe's refund events, applied forward only (a handler of the inbox)
-//!   reconcile    pending refunds looked up at the gateway when due (the net under webhooks)
 //! inbox          the webhook inbox: each Stripe event recorded once (`webhook_events`) in the
 //!                transaction of its effect, handed by type to payments::webhook or
 //!                refunds::webhook, redeliveries noted on the timeline it went on
+//! simulator      a Stripe-wire-compatible simulator: PaymentIntents (manual capture too),
+//!                refunds, search, events and signed webhook deliveries, a ledger, faults
 //! gateway        Stripe through async-stripe (over a pooled transport), with a deterministic
 //!                downstream idempotency key
-//!   outcome      every answer as one of succeeded, declined, pending, refused, unknown
-//! sweeper        the background worker: completes abandoned keys, reconciles spent keys and
-//!                pending payments and refunds, deletes expired keys
-//! simulator      a Stripe-wire-compatible simulator: PaymentIntents, refunds, search, events and
-//!                signed webhook deliveries, a ledger, faults
-//! problem        RFC 9457 problem documents and every problem type (a leaf: the domain stores
-//!                problems as final answers, the API answers with them)
-//! http           the axum application: routes, extractors, the edge's refusals, `POST /webhooks/stripe` (the signature checked, then
-//!                the inbox), and the OpenAPI description at `GET /openapi.json`
-//! web            what the HTML side shares: sessions, CSRF, flash messages, number formats, assets
-//! admin          the operators' dashboard at /admin (docs/dashboard.md)
-//! shop           a demo shop at / with a double-click-proof checkout
+//!   outcome      every answer as one of succeeded, authorized, canceled, declined, pending,
+//!                refused, unknown
+//! listener       the HTTP/1.1 accept loop: connection cap, header, idle and body timeouts
+//! telemetry      tracing setup (pretty or JSON lines, a request id on every line)
+//! metrics        Prometheus counters and histograms (`GET /metrics`)
 //! failpoint      named crash points for the crash tests (`PAYONCE_FAILPOINT`)
-//! lab            the claim-strategy lab: for-update, redis and check-then-insert beside the
-//!                engine's on-conflict, switchable (`PAYONCE_CLAIM_STRATEGY`, docs/strategies.md)
+//! db             the connection pool, migrations, and the zero-config local PostgreSQL (which
+//!                keeps its port across restarts: `payonce db url|start|stop`)
+//! customers      API customers and their keys (hashed, compared in constant time, cached 30 s)
+//! body           a request body that could not be read (413, 408, 400), for API and forms alike
+//! problem        RFC 9457 problem documents, every problem type, and the invalid-field vocabulary
+//!                (`FieldError`): the domain stores problems as final answers, the API sends them
+//! money          amounts in each currency's minor unit as Stripe defines it (ISO 4217 plus
+//!                Stripe's exceptions): formatting, parsing, the amounts Stripe refuses, the
+//!                largest amount accepted
+//! secret         a value that never reaches a log
+//! idempotency    the engine, independent of what a request does:
+//!   key          `Idempotency-Key` header → `IdempotencyKey` (Structured Field String or token)
+//!   fingerprint  canonical JSON and the SHA-256 request fingerprint
+//!   claim        INSERT … ON CONFLICT DO NOTHING, and the decision taken on conflict
+//!   budget       one backoff, attempts and the downstream key's horizon, for every path
+//!   lease        the fencing token, the heartbeat, releasing a key, the key's final write
+//!   recovery     taking over abandoned and spent keys, reaping expired ones (SKIP LOCKED)
+//!   response     the stored response, replayed byte for byte
+//!   replays      final answers replayed recently, kept in memory for a few seconds
+//!   events       the append-only `idempotency_events` log
+//!   operator     the dashboard's fenced actions: release a stuck key, expire a final one
+//!   operation    the seam an operation implements (`Idempotent`: route, phases, first write,
+//!                resume, pending look-up) and the registry the sweeper drives every key through
+//!   downstream   the provider-neutral answers of a downstream call (unknown, refused, declined)
+//!   identity     the request's identity, stable across a restore of the database
 //! ```
 //!
 //! # Data flow of one payment
@@ -92,7 +113,9 @@
 //! See `docs/lifecycle.md` for the full state machine.
 
 pub mod admin;
+pub mod app;
 pub mod batch;
+pub mod body;
 pub mod captures;
 pub mod cli;
 pub mod config;
@@ -115,6 +138,7 @@ pub mod secret;
 pub mod server;
 pub mod shop;
 pub mod simulator;
+pub mod state;
 pub mod sweeper;
 pub mod telemetry;
 pub mod web;

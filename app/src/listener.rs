@@ -12,7 +12,7 @@
 //!   long without a new request.
 //! - **A body timeout**: each request's body is wrapped in tower-http's `DeadlineBody`, counted
 //!   from the end of the head; reading past it fails, and the extractors answer 408
-//!   (`http::extract::body_error`).
+//!   (`body::BodyFault::of`).
 //! - **Graceful shutdown**: on stop, no more accepts; every connection is told to finish (hyper
 //!   closes idle ones at once and in-flight ones after their response); `serve` returns when the
 //!   last connection has closed.

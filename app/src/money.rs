@@ -41,6 +41,10 @@
 
 use std::str::FromStr;
 
+/// The largest amount accepted, in minor units: Stripe's limit for most currencies (eight digits).
+/// Payments, refunds, captures and the batch file refuse more.
+pub const MAX_AMOUNT: i64 = 99_999_999;
+
 /// Stripe's three-decimal currencies (docs.stripe.com/currencies, "Three-decimal currencies"),
 /// which async-stripe's list of currencies does not name.
 const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];

@@ -125,6 +125,47 @@ problem_types! {
         "No webhook signing secret is configured, so no event can be verified.");
 }
 
+/// One invalid field, reported to the client in the problem's `errors` member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct FieldError {
+    /// The field's JSON path, e.g. `amount` or `metadata.order`.
+    pub field: String,
+    /// What is wrong with it.
+    pub detail: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self { field: field.into(), detail: detail.into() }
+    }
+}
+
+/// The 400 for a request that was not processed: `detail` says why, `errors` (when any) name each
+/// invalid field. Its key was not used, so the same key may carry the corrected request.
+pub fn invalid_request(detail: &str, errors: &[FieldError]) -> Problem {
+    let problem = INVALID_REQUEST
+        .problem(format!("{detail}. The request was not processed and its Idempotency-Key was not used."));
+    if errors.is_empty() { problem } else { problem.with("errors", serde_json::to_value(errors).unwrap_or_default()) }
+}
+
+/// The 400 for invalid fields: [`invalid_request`] with every field's error in `detail` too.
+pub fn invalid_fields(errors: &[FieldError]) -> Problem {
+    invalid_request(&fields_detail(errors), errors)
+}
+
+/// The fields' errors in one sentence.
+pub fn fields_detail(errors: &[FieldError]) -> String {
+    errors.iter().map(|e| format!("{}: {}", e.field, e.detail)).collect::<Vec<_>>().join("; ")
+}
+
+/// What `http::error::log_errors` logs for a failed request: every error response (the API's
+/// problems, the pages' error pages) leaves one in its extensions, and nothing logs on the way.
+#[derive(Debug, Clone)]
+pub struct LoggedError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
 /// One problem document.
 #[derive(Debug, Clone, Serialize)]
 pub struct Problem {

@@ -9,15 +9,16 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::app;
 use crate::config::{HttpConfig, ServeConfig, owner_name};
 use crate::customers::Authenticator;
 use crate::db::{Database, OpenError};
 use crate::gateway::Gateway;
-use crate::http::{self, AppState};
 use crate::idempotency::{Engine, EventLog};
 use crate::lab::{Lab, Strategy};
 use crate::listener::{self, FdBudget};
 use crate::simulator::{self, RunningSimulator};
+use crate::state::AppState;
 use crate::sweeper::{Sweeper, SweeperSettings};
 
 /// The secret key payonce gives async-stripe when it talks to its own simulator.
@@ -205,7 +206,7 @@ impl Server {
 
         tracing::info!(addr = %listener.local_addr()?, admin_only, "payonce is listening");
         welcome(reachable(listener.local_addr()?), admin_only);
-        let app = if admin_only { http::admin_router(state) } else { http::router(state, bench_routes) };
+        let app = if admin_only { app::admin_router(state) } else { app::router(state, bench_routes) };
         let served = listener::serve(listener, app, &http, fds, stopped(stopping)).await;
         sessions.abort();
         let _ = sweeper.await;

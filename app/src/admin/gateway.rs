@@ -14,9 +14,9 @@ use uuid::Uuid;
 
 use super::queries;
 use super::{Chrome, Operator, parse_customer};
-use crate::http::AppState;
 use crate::payments::PaymentId;
 use crate::simulator::{Charge, Faults};
+use crate::state::AppState;
 use crate::web::flash::Flash;
 use crate::web::format::filters;
 use crate::web::money;

@@ -27,13 +27,14 @@ use tokio::sync::Barrier;
 use uuid::Uuid;
 
 use super::{Chrome, Operator};
-use crate::http::AppState;
-use crate::http::idempotent::{self, Claims};
+use crate::http::idempotent;
 use crate::idempotency::{Engine, EventLog, IdempotencyKey};
+use crate::lab::Claims;
 use crate::lab::{Lab, Strategy};
 use crate::operations::Op;
 use crate::payments::CreatePayment;
 use crate::simulator::Faults;
+use crate::state::AppState;
 use crate::web::flash::Flash;
 use crate::web::format::{self, filters};
 use crate::web::page::{self, WebError};

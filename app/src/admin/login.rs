@@ -15,7 +15,7 @@ use tower_sessions::Session;
 
 use super::accounts::{self, Admission, Verdict};
 use super::{OPERATOR, is_local};
-use crate::http::AppState;
+use crate::state::AppState;
 use crate::web::csrf;
 use crate::web::flash::{self, Flash};
 use crate::web::page::{self, WebError};

@@ -49,7 +49,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use tower_sessions::Session;
 use tower_sessions::cookie::SameSite;
 
-use crate::http::AppState;
+use crate::state::AppState;
 use crate::web::flash::{self, Flash};
 use crate::web::page::{self, WebError};
 use crate::web::{csrf, session};

@@ -11,8 +11,9 @@
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 
-use crate::payments::request::MAX_AMOUNT;
-use crate::payments::{CreatePayment, FieldError, NewPayment};
+use crate::money::MAX_AMOUNT;
+use crate::payments::{CreatePayment, NewPayment};
+use crate::problem::FieldError;
 
 use super::key::{BatchId, RowId};
 

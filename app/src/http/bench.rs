@@ -7,11 +7,11 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 
-use super::AppState;
 use super::error::ApiError;
 use super::extract::{Authenticated, Json};
 use crate::payments::CreatePayment;
 use crate::payments::process;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/bench/payments", post(create))

@@ -25,10 +25,12 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::error::{ApiError, LoggedError};
-use super::extract::{MAX_BODY, declared_over};
+use super::error::ApiError;
+use super::extract::MAX_BODY;
+use crate::body::BodyFault;
 use crate::db::can_store;
-use crate::payments::FieldError;
+use crate::problem::FieldError;
+use crate::problem::LoggedError;
 use crate::problem::{CONTENT_TYPE as PROBLEM, Problem};
 use crate::web::is_return_hint;
 
@@ -37,7 +39,7 @@ const DETAIL_LIMIT: usize = 1024;
 
 /// Middleware: refuses oversized bodies, content codings, and NUL characters in the URL.
 pub async fn refuse(request: Request, next: Next) -> Response {
-    if let Some(err) = declared_over(request.headers(), MAX_BODY) {
+    if let Some(err) = BodyFault::declared_over(request.headers(), MAX_BODY) {
         return err.into_response();
     }
     let encoded = request.headers().get_all(header::CONTENT_ENCODING).iter().any(|value| {

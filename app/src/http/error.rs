@@ -12,14 +12,14 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::body::BodyFault;
 use crate::db::Failure;
 use crate::gateway::GatewayError;
 use crate::gateway::outcome::RefusalReason;
 use crate::idempotency::claim::retry_after as whole_seconds;
-use crate::idempotency::{Busy, ClaimError, KeyError, StoredResponse};
-use crate::payments::FieldError;
+use crate::idempotency::{Busy, ClaimError, KeyError};
 use crate::payments::process::ProcessError;
-use crate::problem::Problem;
+use crate::problem::{FieldError, LoggedError, Problem, fields_detail, invalid_request};
 
 /// How long a client should wait while the database is unreachable.
 const DATABASE_RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -35,10 +35,8 @@ pub enum ApiError {
     InvalidRequest { detail: String, errors: Vec<FieldError> },
     #[error("the request body must be JSON (Content-Type: application/json)")]
     UnsupportedMediaType,
-    #[error("the request body is larger than {limit} bytes")]
-    PayloadTooLarge { limit: usize },
-    #[error("the request body did not arrive within the body timeout")]
-    RequestTimeout,
+    #[error(transparent)]
+    Body(#[from] BodyFault),
     #[error("the request body has a Content-Encoding other than identity")]
     UnsupportedContentEncoding,
     #[error("not found")]
@@ -77,21 +75,12 @@ pub enum ApiError {
 impl ApiError {
     /// A 400 for a body that parsed but did not validate.
     pub fn invalid_fields(errors: Vec<FieldError>) -> Self {
-        let detail = errors.iter().map(|e| format!("{}: {}", e.field, e.detail)).collect::<Vec<_>>().join("; ");
-        Self::InvalidRequest { detail, errors }
+        Self::InvalidRequest { detail: fields_detail(&errors), errors }
     }
 
     /// A 400 with a single message.
     pub fn invalid(detail: impl Into<String>) -> Self {
         Self::InvalidRequest { detail: detail.into(), errors: Vec::new() }
-    }
-
-    /// The error as an operation's first write answers it ([`crate::idempotency::Begun::Rejected`]:
-    /// the claim is rolled back and the answer not stored), for an error with no headers of its
-    /// own (a 400 about the request's fields).
-    pub fn to_stored(&self) -> StoredResponse {
-        let problem = self.problem();
-        StoredResponse::new(problem.status, crate::problem::CONTENT_TYPE, None, problem.to_json())
     }
 
     fn problem(&self) -> Problem {
@@ -109,38 +98,14 @@ impl ApiError {
             Self::IdempotencyKey(err) => {
                 Problem::new(S::BAD_REQUEST, "idempotency-key-invalid", "Invalid Idempotency-Key", format!("{err}. The request was not processed."))
             }
-            Self::InvalidRequest { detail, errors } => {
-                let problem = Problem::new(
-                    S::BAD_REQUEST,
-                    "invalid-request",
-                    "Invalid request",
-                    format!("{detail}. The request was not processed and its Idempotency-Key was not used."),
-                );
-                if errors.is_empty() {
-                    problem
-                } else {
-                    problem.with("errors", serde_json::to_value(errors).unwrap_or_default())
-                }
-            }
+            Self::InvalidRequest { detail, errors } => invalid_request(detail, errors),
             Self::UnsupportedMediaType => Problem::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type",
                 "Send the body as JSON with `Content-Type: application/json`.",
             ),
-            Self::PayloadTooLarge { limit } => Problem::new(
-                S::PAYLOAD_TOO_LARGE,
-                "payload-too-large",
-                "Request body too large",
-                format!("The body may be at most {limit} bytes."),
-            ),
-            Self::RequestTimeout => Problem::new(
-                S::REQUEST_TIMEOUT,
-                "request-timeout",
-                "Request timeout",
-                "The request body did not arrive within the server's body timeout; the connection is closed. \
-                 Nothing was processed: send the request again (with the same Idempotency-Key).",
-            ),
+            Self::Body(fault) => fault.problem(),
             Self::UnsupportedContentEncoding => Problem::new(
                 S::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-content-encoding",
@@ -322,13 +287,6 @@ impl From<ProcessError> for ApiError {
     }
 }
 
-/// What [`log_errors`] logs for a failed request.
-#[derive(Debug, Clone)]
-pub struct LoggedError {
-    pub status: StatusCode,
-    pub message: String,
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = self.problem();
@@ -345,10 +303,7 @@ impl IntoResponse for ApiError {
             Self::UnsupportedContentEncoding => {
                 response.headers_mut().insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
             }
-            // The body was not read to its end, so the connection cannot carry another request.
-            Self::PayloadTooLarge { .. } | Self::RequestTimeout => {
-                response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
+            Self::Body(fault) => fault.headers(response.headers_mut()),
             _ => {}
         }
         response.extensions_mut().insert(LoggedError { status, message: self.to_string() });
@@ -387,8 +342,9 @@ mod tests {
             ApiError::IdempotencyKey(KeyError::Empty),
             ApiError::invalid("x"),
             ApiError::UnsupportedMediaType,
-            ApiError::PayloadTooLarge { limit: 1 },
-            ApiError::RequestTimeout,
+            ApiError::Body(BodyFault::TooLarge { limit: 1 }),
+            ApiError::Body(BodyFault::Timeout),
+            ApiError::Body(BodyFault::Unreadable),
             ApiError::UnsupportedContentEncoding,
             ApiError::NotFound,
             ApiError::MethodNotAllowed,

@@ -6,15 +6,15 @@
 
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::HeaderMap;
-use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH};
+use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use super::AppState;
 use super::error::ApiError;
+use crate::body::BodyFault;
 use crate::customers::Customer;
 use crate::idempotency::IdempotencyKey;
+use crate::state::AppState;
 
 /// The largest request body accepted.
 pub const BODY_LIMIT: usize = 64 * 1024;
@@ -23,43 +23,19 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 /// this is the ceiling for those that take more, such as Stripe's webhook events.
 pub const MAX_BODY: usize = 1024 * 1024;
 
-/// The 413 for a request whose declared `Content-Length` is over `limit`: answered at once,
-/// without reading (or waiting for) any of the body.
-pub fn declared_over(headers: &HeaderMap, limit: usize) -> Option<ApiError> {
-    let declared = headers.get(CONTENT_LENGTH)?.to_str().ok()?.parse::<u64>().ok()?;
-    (declared > limit as u64).then_some(ApiError::PayloadTooLarge { limit })
-}
-
-/// Why reading a request body failed: over `limit` (413), not complete within the listener's
-/// body timeout (408), or anything else (the connection broke: 400). Looks through the error's
-/// whole chain, since axum and http-body wrap the cause in layers of their own.
-pub fn body_error(err: &(dyn std::error::Error + 'static), limit: usize) -> ApiError {
-    let mut cause = Some(err);
-    while let Some(err) = cause {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return ApiError::PayloadTooLarge { limit };
-        }
-        if err.is::<tower_http::timeout::TimeoutError>() {
-            return ApiError::RequestTimeout;
-        }
-        cause = err.source();
-    }
-    ApiError::invalid("the request body could not be read")
-}
-
 /// Why axum could not buffer a body for an extractor ([`Json`], `Bytes`): over `limit` (413),
 /// past the body timeout (408), or anything else (400).
 ///
 /// The length error is matched by its variant, not looked for in the error's chain: axum boxes it
 /// once more on its way into the rejection (a `Box<LengthLimitError>` inside the
-/// `Box<dyn Error>`), which [`body_error`]'s `is::<LengthLimitError>()` does not see. A body sent
-/// in chunks (no `Content-Length` for [`declared_over`] to refuse first) was therefore a 400.
+/// `Box<dyn Error>`), which [`BodyFault::of`]'s `is::<LengthLimitError>()` does not see. A body sent
+/// in chunks (no `Content-Length` for [`BodyFault::declared_over`] to refuse first) was therefore a 400.
 pub fn bytes_rejection(err: &BytesRejection, limit: usize) -> ApiError {
     match err {
         BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
-            ApiError::PayloadTooLarge { limit }
+            BodyFault::TooLarge { limit }.into()
         }
-        other => body_error(other, limit),
+        other => BodyFault::of(other, limit).into(),
     }
 }
 
@@ -98,8 +74,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        if let Some(too_large) = declared_over(request.headers(), BODY_LIMIT) {
-            return Err(too_large);
+        if let Some(too_large) = BodyFault::declared_over(request.headers(), BODY_LIMIT) {
+            return Err(too_large.into());
         }
         match axum::Json::<T>::from_request(request, state).await {
             Ok(axum::Json(value)) => Ok(Self(value)),
@@ -143,6 +119,6 @@ mod tests {
         let chunks = futures_util::stream::iter([mib(), mib(), mib()]);
         let request = Request::post("/").body(Body::from_stream(chunks)).unwrap();
         let err = Bytes::from_request(request, &()).await.unwrap_err();
-        assert!(matches!(bytes_rejection(&err, 7), ApiError::PayloadTooLarge { limit: 7 }), "{err:?}");
+        assert!(matches!(bytes_rejection(&err, 7), ApiError::Body(BodyFault::TooLarge { limit: 7 })), "{err:?}");
     }
 }

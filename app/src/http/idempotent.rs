@@ -15,28 +15,11 @@ use serde::Serialize;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::AppState;
 use super::error::ApiError;
 use crate::idempotency::{Answer, IdempotencyKey, Operation, SubmitError};
-use crate::lab::Strategy;
+use crate::lab::Claims;
 use crate::operations::Op;
-
-/// Who decides that exactly one request does an operation's work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Claims {
-    /// The engine (`idempotency/`): the unique index, the lease, the fencing token, and every
-    /// guarantee after the claim.
-    Engine,
-    /// One of the lab's strategies (`lab/`): lab servers only.
-    Lab(Strategy),
-}
-
-impl Claims {
-    /// `strategy` as the claims it makes: the engine's own is the engine.
-    pub fn of(strategy: Strategy) -> Self {
-        if strategy == Strategy::OnConflict { Self::Engine } else { Self::Lab(strategy) }
-    }
-}
+use crate::state::AppState;
 
 /// The engine's canonical request for `op`: `request` serialised, scoped to the registry's
 /// route and fingerprinted.

@@ -9,14 +9,15 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::post;
 
-use super::AppState;
 use super::error::ApiError;
 use super::extract::{Authenticated, Json};
-use super::idempotent::{self, Claims};
+use super::idempotent;
 use crate::idempotency::{Busy, IdempotencyKey};
+use crate::lab::Claims;
 use crate::lab::{LabError, Strategy};
 use crate::operations::Op;
 use crate::payments::CreatePayment;
+use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/lab/{strategy}/v1/payments", post(create))

@@ -46,10 +46,10 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi, PartialSchema};
 use utoipa_axum::router::OpenApiRouter;
 
-use super::AppState;
 use crate::idempotency::Busy;
-use crate::payments::FieldError;
+use crate::problem::FieldError;
 use crate::problem::{self, ProblemType};
+use crate::state::AppState;
 
 /// The name of the security scheme of customers' routes: `Authorization: Bearer po_…`.
 pub const API_KEY: &str = "api_key";

@@ -8,14 +8,16 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
+use super::idempotent;
 use super::list::{self, ListObject};
 use super::openapi::problems;
-use super::{AppState, idempotent};
 use crate::captures::Settle;
 use crate::idempotency::IdempotencyKey;
 use crate::operations::Op;
 use crate::payments::model::PaymentView;
-use crate::payments::{CreatePayment, FieldError, PaymentId, store};
+use crate::payments::{CreatePayment, PaymentId, store};
+use crate::problem::FieldError;
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -138,12 +140,10 @@ async fn capture(
     Path(id): Path<String>,
     Json(body): Json<CaptureBody>,
 ) -> Result<Response, ApiError> {
-    if let Some(amount) =
-        body.amount_to_capture.filter(|amount| !(1..=crate::payments::request::MAX_AMOUNT).contains(amount))
-    {
+    if let Some(amount) = body.amount_to_capture.filter(|amount| !(1..=crate::money::MAX_AMOUNT).contains(amount)) {
         return Err(ApiError::invalid_fields(vec![FieldError::new(
             "amount_to_capture",
-            format!("must be between 1 and {} (minor units), not {amount}", crate::payments::request::MAX_AMOUNT),
+            format!("must be between 1 and {} (minor units), not {amount}", crate::money::MAX_AMOUNT),
         )]));
     }
     let payment = PaymentId::parse(&id).ok_or(ApiError::NotFound)?.to_string();

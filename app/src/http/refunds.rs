@@ -11,14 +11,15 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::{Authenticated, Json, Query};
+use super::idempotent;
 use super::list::{self, ListObject};
 use super::openapi::problems;
-use super::{AppState, idempotent};
 use crate::idempotency::IdempotencyKey;
 use crate::operations::Op;
 use crate::payments::PaymentId;
 use crate::refunds::model::RefundView;
 use crate::refunds::{CreateRefund, RefundId, store};
+use crate::state::AppState;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(create, list)).routes(routes!(show))

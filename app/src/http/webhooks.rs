@@ -19,13 +19,13 @@ use stripe_webhook::{Webhook, WebhookError};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::error::ApiError;
 use super::extract::bytes_rejection;
 use super::openapi::problems;
 use crate::inbox::{Delivery, Effect, Inbox, Receipt};
 use crate::payments::webhook::PaymentEvents;
 use crate::refunds::webhook::RefundEvents;
+use crate::state::AppState;
 
 /// Where Stripe delivers events.
 pub const ROUTE: &str = "/webhooks/stripe";

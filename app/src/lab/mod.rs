@@ -35,6 +35,23 @@ use crate::gateway::Gateway;
 use crate::idempotency::{Operation, StoredResponse};
 use crate::payments::process::ProcessError;
 
+/// Who decides that exactly one request does an operation's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claims {
+    /// The engine (`idempotency/`): the unique index, the lease, the fencing token, and every
+    /// guarantee after the claim.
+    Engine,
+    /// One of the lab's strategies: lab servers only.
+    Lab(Strategy),
+}
+
+impl Claims {
+    /// `strategy` as the claims it makes: the engine's own is the engine.
+    pub fn of(strategy: Strategy) -> Self {
+        if strategy == Strategy::OnConflict { Self::Engine } else { Self::Lab(strategy) }
+    }
+}
+
 /// One way to claim a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {

@@ -15,7 +15,7 @@ pub mod store;
 pub mod webhook;
 
 pub use model::{Payment, PaymentId, PaymentStatus};
-pub use request::{CreatePayment, FieldError, NewPayment};
+pub use request::{CreatePayment, NewPayment};
 
 /// The route whose keys this module drives, as recorded on each key.
 pub const ROUTE: &str = "/v1/payments";

@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::db::can_store;
-use crate::money::Currency;
+use crate::money::{Currency, MAX_AMOUNT};
 use crate::payments::model::CaptureMethod;
+use crate::problem::FieldError;
 
-/// The largest amount accepted, in minor units: Stripe's limit for most currencies (eight digits).
-pub const MAX_AMOUNT: i64 = 99_999_999;
 /// Metadata keys reserved for payonce's own audit trail on the PaymentIntent.
 pub const RESERVED_METADATA_PREFIX: &str = "payonce_";
 /// Stripe allows 50 metadata keys; payonce adds three of its own.
@@ -130,21 +129,6 @@ impl NewPayment {
     /// Authorize only.
     pub fn manual_capture(&self) -> bool {
         self.capture == CaptureMethod::Manual
-    }
-}
-
-/// One invalid field, reported to the client in the problem's `errors` member.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct FieldError {
-    /// The field's JSON path, e.g. `amount` or `metadata.order`.
-    pub field: String,
-    /// What is wrong with it.
-    pub detail: String,
-}
-
-impl FieldError {
-    pub(crate) fn new(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self { field: field.into(), detail: detail.into() }
     }
 }
 

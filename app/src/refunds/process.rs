@@ -38,12 +38,11 @@ use super::store;
 use crate::customers::CustomerId;
 use crate::failpoint;
 use crate::gateway::{self, Gateway, RefundCall, RefundOutcome};
-use crate::http::error::ApiError;
 use crate::idempotency::{Begun, BoxFuture, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
 use crate::money::Currency;
+use crate::payments::PaymentId;
 use crate::payments::process::refusal_detail;
-use crate::payments::{FieldError, PaymentId};
-use crate::problem::{self, Problem};
+use crate::problem::{self, FieldError, Problem};
 
 /// The recovery point at which the refund row exists and its amount is reserved on the payment:
 /// the gateway may or may not have been called.
@@ -168,7 +167,7 @@ async fn reserve(
     if let (Some(amount), Some(currency)) = (request.amount, Currency::of(&row.currency))
         && let Err(why) = currency.check(amount)
     {
-        return Ok(Err(ApiError::invalid_fields(vec![FieldError::new("amount", why)]).to_stored()));
+        return Ok(Err(problem::INVALID_REQUEST.stored(problem::invalid_fields(&[FieldError::new("amount", why)]))));
     }
     // Only the money that moved comes back: all of an automatic payment, what a capture took.
     let remaining = row.amount_captured - row.amount_refunded;

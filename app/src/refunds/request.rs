@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::money::MAX_AMOUNT;
 use crate::payments::PaymentId;
-use crate::payments::request::{FieldError, MAX_AMOUNT, check_metadata};
+use crate::payments::request::check_metadata;
+use crate::problem::FieldError;
 
 /// Stripe allows 50 metadata keys; payonce adds four of its own to a refund (`payonce_refund`,
 /// `payonce_payment`, `payonce_customer`, `payonce_idempotency_key`).

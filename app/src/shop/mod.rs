@@ -33,12 +33,12 @@ use tower_sessions::Session;
 use tower_sessions::cookie::SameSite;
 use uuid::Uuid;
 
-use crate::http::AppState;
 use crate::http::error::ApiError;
 use crate::http::idempotent::{execute, operation};
 use crate::idempotency::{IdempotencyKey, StoredResponse};
 use crate::operations::Op;
 use crate::payments::{CreatePayment, PaymentId, PaymentStatus, store};
+use crate::state::AppState;
 use crate::web::page::{self, WebError};
 use crate::web::{csrf, money, rfc3339, session};
 use catalogue::{CARDS, PRODUCTS, Product, TestCard};

@@ -36,10 +36,9 @@ use tower_sessions::Session;
 use super::is_return_hint;
 use super::page::WebError;
 use super::session::Cookie;
+use crate::body::BodyFault;
 use crate::db::can_store;
-use crate::http::error::ApiError;
-use crate::http::extract::{body_error, declared_over};
-use crate::payments::FieldError;
+use crate::problem::{FieldError, invalid_fields};
 
 /// The form field, and the session key, holding the token.
 pub const FIELD: &str = "csrf";
@@ -160,19 +159,19 @@ pub async fn protect(State(policy): State<Policy>, session: Session, request: Re
 /// Reads the form, refuses NUL characters in it and checks its token; gives the request back
 /// with the form as its body.
 async fn check(session: &Session, cookie: Option<&str>, request: Request) -> Result<Request, Response> {
-    if let Some(too_large) = declared_over(request.headers(), FORM_LIMIT) {
+    if let Some(too_large) = BodyFault::declared_over(request.headers(), FORM_LIMIT) {
         return Err(too_large.into_response());
     }
     let (parts, body) = request.into_parts();
     let bytes =
-        axum::body::to_bytes(body, FORM_LIMIT).await.map_err(|err| body_error(&err, FORM_LIMIT).into_response())?;
+        axum::body::to_bytes(body, FORM_LIMIT).await.map_err(|err| BodyFault::of(&err, FORM_LIMIT).into_response())?;
     let mut form = form_urlencoded::parse(&bytes);
     let unstorable = |(name, value): &(Cow<str>, Cow<str>)| {
         !is_return_hint(parts.uri.path(), name) && (!can_store(name) || !can_store(value))
     };
     if let Some((name, _)) = form.clone().find(unstorable) {
         let detail = format!("the form field {name:?} holds a NUL character, which cannot be stored");
-        return Err(ApiError::invalid_fields(vec![FieldError { field: name.into_owned(), detail }]).into_response());
+        return Err(invalid_fields(&[FieldError { field: name.into_owned(), detail }]).into_response());
     }
     let presented = form.find(|(name, _)| name == FIELD).map(|(_, value)| value);
     let expected = match session.get::<String>(FIELD).await {

@@ -9,8 +9,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
 use crate::db::Failure;
-use crate::http::AppState;
-use crate::http::error::LoggedError;
+use crate::problem::LoggedError;
 
 /// Why a page could not be shown. Rendered as an HTML page (never as a problem document: these
 /// are the routes people look at).
@@ -126,7 +125,7 @@ const ASSETS: &[(&str, &str, &[u8], bool)] = &[
 ];
 
 /// `GET /assets/{file}`.
-pub fn assets_router() -> Router<AppState> {
+pub fn assets_router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new().route("/assets/{file}", get(asset))
 }
 

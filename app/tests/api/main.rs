@@ -4,6 +4,7 @@
 
 mod admin;
 mod admin_refunds;
+mod architecture;
 mod batch;
 mod browser;
 mod budget;

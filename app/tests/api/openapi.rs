@@ -666,8 +666,8 @@ fn is_page(path: &str) -> bool {
 async fn every_route_is_described_and_served() {
     use payonce::customers::Authenticator;
     use payonce::gateway::Gateway;
-    use payonce::http::AppState;
     use payonce::idempotency::{Engine, EngineSettings, EventLog};
+    use payonce::state::AppState;
     use tower::ServiceExt;
 
     // A state that connects to nothing: only routing is looked at (a 405 runs no handler).
@@ -687,7 +687,7 @@ async fn every_route_is_described_and_served() {
         // Not in lab mode: the lab's routes are not served, nor described (http::openapi).
         lab: Arc::new(payonce::lab::Lab::new(Default::default())),
     };
-    let router = payonce::http::router(state, false);
+    let router = payonce::app::router(state, false);
     let (_, openapi) = payonce::http::api().split_for_parts();
     let doc = payonce::http::openapi::Spec::new(openapi).0;
 
