@@ -92,6 +92,14 @@ fn the_checks_catch_each_kind_of_violation() {
     assert_eq!(wrong.len(), 2, "{wrong:?}");
     let nested = create("amount=1&currency=usd&automatic_payment_methods[allow_redirects]=sometimes");
     assert_eq!(nested.len(), 2, "enabled is missing, the value is not an option: {nested:?}");
+    let capture =
+        |body: &str| spec.check_request(&Method::POST, "/v1/payment_intents/pi_1/capture", None, body.as_bytes());
+    assert!(capture("amount_to_capture=500&expand[0]=latest_charge").is_empty());
+    assert_eq!(capture("amount_to_capture=five&final_capture=false").len(), 2, "not an integer; unknown in 2023");
+    let cancel =
+        |body: &str| spec.check_request(&Method::POST, "/v1/payment_intents/pi_1/cancel", None, body.as_bytes());
+    assert!(cancel("cancellation_reason=requested_by_customer").is_empty() && cancel("").is_empty());
+    assert_eq!(cancel("cancellation_reason=bored").len(), 1, "not one of Stripe's reasons");
     let search = |query: &str| spec.check_request(&Method::GET, "/v1/payment_intents/search", Some(query), b"");
     assert!(search("query=status:'x'&limit=3").is_empty());
     assert_eq!(search("limit=x&page=1&total=1").len(), 3, "query missing, limit not an integer, total unknown");
