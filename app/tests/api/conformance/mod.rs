@@ -2,12 +2,13 @@
 //!
 //! A recording proxy sits between payonce's gateway client and the simulator, and another
 //! between the simulator and payonce's webhook route. The test drives the payment, refund,
-//! webhook and reconciliation paths through payonce (and the rest of the simulator's surface
-//! with plain requests), then checks every recorded exchange against the copy of Stripe's
-//! OpenAPI description in `app/tests/stripe-openapi/` ([`spec`]):
+//! webhook and reconciliation paths through payonce, authorize-then-capture or cancel through
+//! async-stripe's own client (the request types payonce's gateway uses for them), and the rest
+//! of the simulator's surface with plain requests, then checks every recorded exchange against
+//! the copy of Stripe's OpenAPI description in `app/tests/stripe-openapi/` ([`spec`]):
 //!
-//! - every request payonce's gateway client sent: no unknown parameter, none missing, the right
-//!   types and values;
+//! - every request payonce's gateway client (or async-stripe) sent: no unknown parameter, none
+//!   missing, the right types and values;
 //! - every answer the simulator gave, and every event it delivered: each property Stripe sends
 //!   is there (nullable ones as `null`), none that Stripe's objects do not have, with the right
 //!   types and values;
@@ -18,6 +19,7 @@
 //!
 //! The report ([`report`]) counts, per kind of request or answer, what violates the description.
 
+mod captures;
 mod recorder;
 mod report;
 mod spec;
@@ -42,8 +44,9 @@ const WEBHOOK_SECRET: &str = "whsec_payonce_conformance";
 /// Every request payonce's gateway client sends and every answer the simulator gives, across
 /// payments (cards that succeed, decline, need 3-D Secure; bank debits that settle or fail),
 /// lost answers and outages, refunds (card and pending bank debit, settled and failed),
-/// webhooks, and reconciliation (the sweeper, retrieve, search, the refund list), are what
-/// Stripe's OpenAPI description says, in both directions; and the headers are Stripe's.
+/// webhooks, reconciliation (the sweeper, retrieve, search, the refund list), and authorizations
+/// (captured, canceled, expired, refused), are what Stripe's OpenAPI description says, in both
+/// directions; and the headers are Stripe's.
 #[tokio::test]
 async fn requests_and_answers_are_what_stripes_openapi_description_says() {
     let spec = Spec::load();
@@ -66,6 +69,7 @@ async fn requests_and_answers_are_what_stripes_openapi_description_says() {
     let refund = run.refunds(&paid).await;
     run.reconciliation(&paid, &refund, &api.url).await;
     run.surface(&paid).await;
+    run.captures(&api.url).await;
     // The refunds' later updates come on the simulator's timers.
     quiet(&sim, &["refund.updated"]).await;
 
