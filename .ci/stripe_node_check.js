@@ -112,6 +112,27 @@ async function main() {
   check(declined.payment_intent.status === 'requires_payment_method', 'the PaymentIntent in the error');
   check(declined.payment_method.card.last4 === '9995', 'the PaymentMethod in the error');
 
+  // Authorize now, capture part later; authorize and cancel.
+  const authorize = async () => {
+    const held = await stripe.paymentIntents.create({
+      amount: 2000,
+      currency: 'usd',
+      payment_method: 'pm_card_visa',
+      confirm: true,
+      capture_method: 'manual',
+      automatic_payment_methods: { enabled: true, allow_redirects: 'never' },
+    });
+    check(held.status === 'requires_capture' && held.amount_capturable === 2000, `authorized: ${JSON.stringify(held)}`);
+    return held;
+  };
+  const held = await authorize();
+  const captured = await stripe.paymentIntents.capture(held.id, { amount_to_capture: 1500 });
+  check(captured.status === 'succeeded' && captured.amount_received === 1500, `captured: ${JSON.stringify(captured)}`);
+  const twice = await refused(stripe.paymentIntents.capture(held.id), 'StripeInvalidRequestError');
+  check(twice.code === 'payment_intent_unexpected_state' && twice.payment_intent.status === 'succeeded', `twice: ${twice.message}`);
+  const canceled = await stripe.paymentIntents.cancel((await authorize()).id, { cancellation_reason: 'abandoned' });
+  check(canceled.status === 'canceled' && canceled.cancellation_reason === 'abandoned', `canceled: ${JSON.stringify(canceled)}`);
+
   const returnUrl = await refused(
     stripe.paymentIntents.create({ amount: 100, currency: 'usd', payment_method: 'pm_card_visa', confirm: true }),
     'StripeInvalidRequestError',
@@ -130,7 +151,16 @@ async function main() {
   const events = await stripe.events.list({ type: 'payment_intent.*', limit: 100 });
   check(events.data.every((event) => event.type.startsWith('payment_intent.')), 'event list by type');
 
-  const wanted = ['payment_intent.created', 'payment_intent.succeeded', 'charge.succeeded', 'refund.created', 'charge.refunded'];
+  const wanted = [
+    'payment_intent.created',
+    'payment_intent.succeeded',
+    'charge.succeeded',
+    'refund.created',
+    'charge.refunded',
+    'payment_intent.amount_capturable_updated',
+    'charge.captured',
+    'payment_intent.canceled',
+  ];
   const seen = () => new Set(received.map(({ body }) => JSON.parse(body).type));
   const deadline = Date.now() + 15000;
   while (Date.now() < deadline && !wanted.every((type) => seen().has(type))) {
@@ -154,7 +184,8 @@ async function main() {
   check(deleted.deleted === true, 'endpoint deleted');
   console.log(
     `stripe-node ${Stripe.PACKAGE_VERSION} (API ${stripe.getApiField('version')}): endpoint, create and confirm, ` +
-      `retrieve, search, refund, lists, typed errors and ${received.length} signed deliveries all agree with the simulator`,
+      `retrieve, search, refund, capture, cancel, lists, typed errors and ${received.length} signed deliveries all agree ` +
+      'with the simulator',
   );
 }
 

@@ -2,7 +2,7 @@
 
 Run by .ci/stripe-python-check with STRIPE_SIM_URL set. It registers a webhook endpoint (a small
 HTTP server in this process), creates and confirms a PaymentIntent, retrieves it, searches it,
-refunds it, and verifies every delivery with stripe.Webhook.construct_event: Stripe's own library
+refunds it, authorizes others and captures part of one and cancels the other, and verifies every delivery with stripe.Webhook.construct_event: Stripe's own library
 agrees with the simulator's wire format and signatures. Any failure raises, so the exit status
 is non-zero.
 """
@@ -75,13 +75,40 @@ except stripe.InvalidRequestError as error:
     check(error.code == "amount_too_large" and error.param == "amount", f"too much: {error}")
 check(stripe.Charge.retrieve(fetched.latest_charge).amount_refunded == 500, "charge shows the refund")
 
+# Authorize now, capture part later; authorize and cancel.
+def authorize():
+    held = stripe.PaymentIntent.create(
+        amount=2000,
+        currency="usd",
+        payment_method="pm_card_visa",
+        confirm=True,
+        capture_method="manual",
+        automatic_payment_methods={"enabled": True, "allow_redirects": "never"},
+    )
+    check(held.status == "requires_capture" and held.amount_capturable == 2000, f"authorized: {held}")
+    return held
+
+
+held = authorize()
+captured = stripe.PaymentIntent.capture(held.id, amount_to_capture=1500)
+check(captured.status == "succeeded" and captured.amount_received == 1500, f"captured: {captured}")
+check(stripe.Charge.retrieve(captured.latest_charge).amount_captured == 1500, "the charge shows the capture")
+try:
+    stripe.PaymentIntent.capture(held.id)
+    raise AssertionError("a second capture was accepted")
+except stripe.InvalidRequestError as error:
+    check(error.code == "payment_intent_unexpected_state", f"captured twice: {error}")
+canceled = stripe.PaymentIntent.cancel(authorize().id, cancellation_reason="abandoned")
+check(canceled.status == "canceled" and canceled.cancellation_reason == "abandoned", f"canceled: {canceled}")
+
 try:
     stripe.PaymentIntent.create(amount=100, currency="usd", payment_method="pm_card_visa", confirm=True)
     raise AssertionError("a confirmation without return_url was accepted")
 except stripe.InvalidRequestError as error:
     check(error.param == "return_url", f"return_url rule: {error}")
 
-wanted = {"payment_intent.created", "payment_intent.succeeded", "charge.succeeded", "refund.created", "charge.refunded"}
+wanted = {"payment_intent.created", "payment_intent.succeeded", "charge.succeeded", "refund.created", "charge.refunded",
+          "payment_intent.amount_capturable_updated", "charge.captured", "payment_intent.canceled"}
 deadline = time.monotonic() + 15
 while time.monotonic() < deadline and not wanted <= {json.loads(body)["type"] for body, _ in received}:
     time.sleep(0.05)
@@ -93,5 +120,5 @@ check(wanted <= seen, f"deliveries: {sorted(seen)}")
 check(stripe.Event.retrieve(json.loads(received[0][0])["id"]).id, "events retrievable")
 
 stripe.WebhookEndpoint.delete(endpoint.id)
-print(f"stripe-python {stripe.VERSION}: endpoint, PaymentIntent, retrieve, search, refund and "
+print(f"stripe-python {stripe.VERSION}: endpoint, PaymentIntent, retrieve, search, refund, capture, cancel and "
       f"{len(received)} signed deliveries all agree with the simulator")

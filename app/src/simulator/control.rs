@@ -13,6 +13,8 @@
 //!                       results, faults, settings
 //! POST /_sim/payment_intents/{id}/authenticate  {"outcome": "succeed"|"fail"}: the customer
 //!                       answers 3-D Secure
+//! POST /_sim/payment_intents/{id}/expire_authorization  an authorization (`requires_capture`)
+//!                       expires, as Stripe lets it after 7 days: `canceled`, reason `expired`
 //! POST /_sim/refunds/{id}/settle  {"outcome": "succeed"|"fail"}: a pending (bank debit) refund
 //!                       settles now
 //! POST /_sim/refunds/{id}/fail  {"failure_reason"?: …}: a succeeded refund fails afterwards
@@ -50,6 +52,7 @@ pub(crate) fn router() -> Router<Simulator> {
         .route("/_sim/settings", get(settings).put(set_settings))
         .route("/_sim/reset", post(reset))
         .route("/_sim/payment_intents/{id}/authenticate", post(authenticate))
+        .route("/_sim/payment_intents/{id}/expire_authorization", post(expire_authorization))
         .route("/_sim/refunds/{id}/settle", post(settle_refund))
         .route("/_sim/refunds/{id}/fail", post(fail_refund))
         .route("/_sim/webhooks/release", post(release))
@@ -216,6 +219,16 @@ async fn authenticate(
     let succeed = succeeds(body, "authentication")?;
     let intent = jobs::transact(&sim, |state| payment_intents::authenticate(state, &id, succeed))?;
     Ok(SavedResponse::ok(&intent, "authenticated").respond(false))
+}
+
+/// The authorization of a PaymentIntent expires now; answers the PaymentIntent as it now is.
+async fn expire_authorization(
+    State(sim): State<Simulator>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = path?;
+    let intent = jobs::transact(&sim, |state| payment_intents::expire_authorization(state, &id))?;
+    Ok(SavedResponse::ok(&intent, "expired").respond(false))
 }
 
 /// A pending (bank debit) refund settles now, as the bank says; answers the refund as it now is.

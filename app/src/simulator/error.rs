@@ -140,6 +140,13 @@ impl ApiError {
         self
     }
 
+    /// Attaches the PaymentIntent as it is (a JSON snapshot), as Stripe does on the errors of a
+    /// call on one PaymentIntent (a confirmation's decline, a capture or cancel it refuses).
+    pub fn payment_intent(mut self, intent: serde_json::Value) -> Self {
+        self.error.payment_intent = Some(intent);
+        self
+    }
+
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.status = status;
         self

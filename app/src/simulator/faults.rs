@@ -1,8 +1,10 @@
 //! Fault injection: the failures an exactly-once client must survive, on demand.
 //!
 //! **API faults** act on the calls named by `operations` (default: all of them):
-//! `create_payment_intent` (`POST /v1/payment_intents`), `create_refund` (`POST /v1/refunds`) and
-//! `read` (`GET` of a PaymentIntent, a search, a refund, the refund list, a charge). They strike
+//! `create_payment_intent` (`POST /v1/payment_intents`), `capture_payment_intent` (`POST
+//! /v1/payment_intents/{id}/capture`), `cancel_payment_intent` (`POST
+//! /v1/payment_intents/{id}/cancel`), `create_refund` (`POST /v1/refunds`) and `read` (`GET` of a
+//! PaymentIntent, a search, a refund, the refund list, a charge). They strike
 //! after authentication, validation and the idempotency check, where Stripe would start executing:
 //!
 //! | fault                    | what the client sees            | executed? | result saved? |
@@ -13,7 +15,8 @@
 //! | `drop_after_charge_rate` | a broken connection             | yes       | yes           |
 //!
 //! A read "executes" nothing: held, it answers the state as it is when the hold ends; dropped,
-//! it loses the answer. A create charges (or refunds) exactly as without the fault.
+//! it loses the answer. A create charges (a capture captures, a cancel cancels, a refund refunds)
+//! exactly as without the fault.
 //!
 //! **Replays.** A request answered from a saved result waits the latency (Stripe serves replays
 //! from the same servers) but never fails, holds or drops: those faults model what happens to an
@@ -89,6 +92,10 @@ pub struct Faults {
 pub enum Operation {
     /// `POST /v1/payment_intents`.
     CreatePaymentIntent,
+    /// `POST /v1/payment_intents/{id}/capture`.
+    CapturePaymentIntent,
+    /// `POST /v1/payment_intents/{id}/cancel`.
+    CancelPaymentIntent,
     /// `POST /v1/refunds`.
     CreateRefund,
     /// A `GET` of a PaymentIntent, a PaymentIntent search, a refund, the refund list or a charge.

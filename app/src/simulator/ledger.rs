@@ -6,11 +6,16 @@
 //! Entries are written in the same critical section that changes the objects and saves the
 //! idempotent result, so the ledger never disagrees with what a replay returns. A charge enters
 //! the ledger when money actually moves (`succeeded`), exactly once per PaymentIntent, whether at
-//! once (a card), after processing (a bank debit) or after the customer authenticated (3-D Secure).
+//! once (a card), after processing (a bank debit), after the customer authenticated (3-D Secure)
+//! or when an authorization is captured (`capture_method=manual`). An authorization alone moves
+//! no money, so it is never an entry: one that is canceled or expires leaves no trace here, and
+//! a captured one enters with what was captured, not what was authorized.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use super::objects;
 
 /// One successful charge.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -21,7 +26,8 @@ pub struct Charge {
     pub charge: String,
     /// The `Idempotency-Key` of the create request that charged, if it had one.
     pub idempotency_key: Option<String>,
-    /// In the currency's smallest unit.
+    /// What moved, in the currency's smallest unit: the charge's `amount_captured` (all of it,
+    /// or what a capture took of an authorization).
     pub amount: i64,
     /// The sum of this charge's refunds (each one is in [`Simulator::refunds`]).
     ///
@@ -36,6 +42,24 @@ pub struct Charge {
     pub metadata: BTreeMap<String, String>,
     /// Unix seconds.
     pub created: i64,
+}
+
+impl Charge {
+    /// The entry of `charge`, whose money just moved, made by `intent`: what was captured, under
+    /// the key of the create call that made the PaymentIntent.
+    pub(crate) fn of(intent: &objects::PaymentIntent, charge: &objects::Charge) -> Self {
+        Self {
+            payment_intent: intent.id.clone(),
+            charge: charge.id.clone(),
+            idempotency_key: intent.created_with_key.clone(),
+            amount: charge.amount_captured,
+            amount_refunded: 0,
+            currency: intent.currency.clone(),
+            payment_method: charge.payment_method.clone(),
+            metadata: intent.metadata.clone(),
+            created: charge.created,
+        }
+    }
 }
 
 /// One successful refund.

@@ -14,8 +14,8 @@
 //!
 //! # What it is
 //!
-//! - **Stripe's wire format** for PaymentIntents (create and confirm, retrieve, list, search in
-//!   Stripe's query language), refunds (create, retrieve, list), charges (retrieve), webhook
+//! - **Stripe's wire format** for PaymentIntents (create and confirm, capture and cancel,
+//!   retrieve, list, search in Stripe's query language), refunds (create, retrieve, list), charges (retrieve), webhook
 //!   endpoints (create, retrieve, list, delete) and events (retrieve, list): form bodies with
 //!   `metadata[k]=v`, Bearer (or Basic) auth with `sk_…`/`rk_…` keys, Stripe's ids, objects (every
 //!   property Stripe sends, `null` where the simulator has nothing to say), error envelope
@@ -27,7 +27,10 @@
 //!   3-D Secure (`pm_card_threeDSecure2Required`: `requires_action` until the customer answers
 //!   through `POST /_sim/payment_intents/{id}/authenticate`), and bank debits
 //!   (`pm_usBankAccount_success`, `pm_usBankAccount_accountClosed`: `processing`, then settled
-//!   after the `processing_ms` knob).
+//!   after the `processing_ms` knob). With `capture_method=manual` a card is only authorized
+//!   (`requires_capture`) until `POST /v1/payment_intents/{id}/capture` takes all or part of it,
+//!   a cancel releases it, or `POST /_sim/payment_intents/{id}/expire_authorization` lets it
+//!   expire as Stripe does after 7 days.
 //! - **Stripe's idempotency semantics** on every POST, per API key and `Idempotency-Key`: saved
 //!   results, replays with `Idempotent-Replayed: true`, 400 for a key reused with other
 //!   parameters or on another route, 409 while in flight. Work that has begun always finishes,
@@ -37,20 +40,23 @@
 //!   endpoints at least once, signed with Stripe's scheme, retried with compressed backoff, on
 //!   their own tasks, never under the state's lock.
 //! - **A ledger** ([`Simulator::charges`], [`Simulator::refunds`], `GET /_sim/charges`,
-//!   `GET /_sim/refunds`): one entry per charge when money actually moves, one per refund, with
-//!   the Idempotency-Key and metadata they were made with. This is how tests and load tests
-//!   *prove* that nothing was charged twice and never more was refunded than charged.
+//!   `GET /_sim/refunds`): one entry per charge when money actually moves (a capture, never an
+//!   authorization alone), one per refund, with the Idempotency-Key and metadata they were made
+//!   with. This is how tests and load tests *prove* that nothing was charged twice and never
+//!   more was refunded than charged.
 //! - **Faults** ([`Faults`], `PUT /_sim/faults`): latency, outages, timeouts that still charge,
-//!   responses lost after the charge (on creates, refunds and reads, scoped to operations, a
-//!   payment method or the next N calls), and webhook deliveries lost, duplicated, delayed or
-//!   held and released out of order; reproducible with a seed. Knobs that are not faults
-//!   (processing time, delivery policy) are [`Settings`] (`PUT /_sim/settings`).
+//!   responses lost after the charge (on creates, captures, cancels, refunds and reads, scoped
+//!   to operations, a payment method or the next N calls), and webhook deliveries lost,
+//!   duplicated, delayed or held and released out of order; reproducible with a seed. Knobs
+//!   that are not faults (processing time, delivery policy) are [`Settings`]
+//!   (`PUT /_sim/settings`).
 //!
 //! # What it is not
 //!
-//! Not a Stripe emulator. There are no customers, separate confirm or capture calls, cancels,
-//! disputes, payouts, Connect, rate limits or live mode; card refunds always succeed at once,
-//! bank-debit refunds stay `pending` for the processing knob and fail only when told to
+//! Not a Stripe emulator. There are no customers, separate confirm calls, multicapture or
+//! incremental authorization, disputes, payouts, Connect, rate limits or live mode;
+//! authorizations expire only when told to; card refunds always succeed at once, bank-debit
+//! refunds stay `pending` for the processing knob and fail only when told to
 //! (`POST /_sim/refunds/{id}/settle`); bank debits need no mandate or verification; searches
 //! see new objects at once (Stripe's index may lag up to a minute); saved idempotent results
 //! never expire (Stripe keeps them 24 hours); events are rendered in the API version
@@ -70,7 +76,8 @@
 //! ```text
 //! server.rs              Simulator::router, the headers/log middleware, start / serve
 //! control.rs             the /_sim routes and their Rust equivalents on Simulator
-//! payment_intents/       create + confirm (params, confirm: per payment method), retrieve, search
+//! payment_intents/       create + confirm (params, confirm: per payment method), capture, cancel
+//!                        (and expiry), retrieve, search
 //! refunds/               create (the refund itself), retrieve, list
 //! charges.rs             GET /v1/charges/{id}
 //! webhooks/              endpoints (routes), delivery (tasks, retries), signature, log

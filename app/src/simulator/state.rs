@@ -98,6 +98,12 @@ impl State {
         self.accounts.get_mut(api_key).expect("inserted just above")
     }
 
+    /// The API key whose account `holds` the object a control route names (the routes name an
+    /// object, not an account).
+    pub fn owner(&self, holds: impl Fn(&Account) -> bool) -> Option<String> {
+        self.accounts.iter().find(|(_, account)| holds(account)).map(|(api_key, _)| api_key.clone())
+    }
+
     /// Runs `apply` on the state `after` this long, unless the simulator is reset meanwhile.
     pub fn later(&mut self, after: Duration, apply: impl FnOnce(&mut State) + Send + 'static) {
         self.outbox.push(Job::Later { after, epoch: self.epoch, apply: Box::new(apply) });

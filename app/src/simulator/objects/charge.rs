@@ -10,7 +10,8 @@ use serde::Serialize;
 use super::Null;
 use super::payment_method::{Instrument, PaymentMethodDetails};
 
-/// `pending` while a bank debit is processing.
+/// `pending` while a bank debit is processing; `succeeded` once authorized, whether captured
+/// or not (Stripe's status of an authorization held for a later capture).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum ChargeStatus {
@@ -122,7 +123,8 @@ pub(crate) struct Charge {
     pub id: String,
     pub object: &'static str,
     pub amount: i64,
-    /// `amount` once succeeded (the simulator captures at once), else 0.
+    /// What was captured: `amount` for a charge captured at once, what a capture took, else 0
+    /// (an authorization, a failed charge).
     pub amount_captured: i64,
     /// The sum of the charge's refunds.
     pub amount_refunded: i64,
@@ -133,6 +135,7 @@ pub(crate) struct Charge {
     pub balance_transaction: Null,
     pub billing_details: BillingDetails,
     pub calculated_statement_descriptor: &'static str,
+    /// False while the charge is only an authorization (and after it was released or expired).
     pub captured: bool,
     pub created: i64,
     pub currency: String,
@@ -174,7 +177,8 @@ pub(crate) struct Charge {
 
 impl Charge {
     /// A new charge for a confirmation with `payment_method` (paying with `instrument`), in
-    /// `status`; `authenticated`: the customer went through 3-D Secure.
+    /// `status` (`pending` for one whose outcome comes later: [`Self::authorize`] or
+    /// [`Self::succeed`] it then); `authenticated`: the customer went through 3-D Secure.
     pub fn new(
         intent: &super::PaymentIntent,
         payment_method: &str,
@@ -232,11 +236,23 @@ impl Charge {
         charge
     }
 
+    /// Authorized and captured at once: the money moved.
     pub fn succeed(&mut self) {
+        self.authorize();
+        self.capture(self.amount);
+    }
+
+    /// Authorized for a later capture: `succeeded` and `paid` (Stripe's words for an
+    /// authorization), not captured.
+    pub fn authorize(&mut self) {
         self.status = ChargeStatus::Succeeded;
         self.paid = true;
+    }
+
+    /// `amount` of the authorization was captured (the rest released, not refunded).
+    pub fn capture(&mut self, amount: i64) {
         self.captured = true;
-        self.amount_captured = self.amount;
+        self.amount_captured = amount;
     }
 
     /// Declined (or, for a bank debit, returned) with `code`/`decline_code`.

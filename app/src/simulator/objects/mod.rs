@@ -22,7 +22,7 @@ use serde::Serialize;
 
 pub(crate) use charge::{Charge, ChargeStatus};
 pub(crate) use event::{Event, EventRequest};
-pub(crate) use payment_intent::{AutomaticPaymentMethods, Draft, PaymentIntent, Status};
+pub(crate) use payment_intent::{AutomaticPaymentMethods, CaptureMethod, Draft, PaymentIntent, Status};
 pub(crate) use payment_method::{Brand, Instrument, PaymentMethod};
 pub(crate) use refund::{Refund, RefundReason, RefundStatus};
 pub(crate) use webhook_endpoint::{DeletedWebhookEndpoint, EndpointDraft, WebhookEndpoint};

@@ -8,7 +8,7 @@ use super::Null;
 use crate::simulator::error::ErrorObject;
 
 /// Where a PaymentIntent is in its lifecycle; see
-/// <https://docs.stripe.com/payments/paymentintents/lifecycle>. (No manual capture, no cancel.)
+/// <https://docs.stripe.com/payments/paymentintents/lifecycle>.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Status {
@@ -20,8 +20,15 @@ pub(crate) enum Status {
     RequiresAction,
     /// Confirmed; the money is moving (a bank debit) and the outcome comes later.
     Processing,
-    /// Charged: `amount_received == amount` and `latest_charge` is the charge.
+    /// Authorized (`capture_method=manual`): the card is held for `amount_capturable`, nothing
+    /// has moved until a capture.
+    RequiresCapture,
+    /// Charged: `amount_received` is what was charged (all of it, or what a capture took) and
+    /// `latest_charge` is the charge.
     Succeeded,
+    /// Canceled (by a cancel call, or an authorization that expired): final; an authorization
+    /// it held is released.
+    Canceled,
 }
 
 impl Status {
@@ -33,7 +40,32 @@ impl Status {
             Self::RequiresConfirmation => "requires_confirmation",
             Self::RequiresAction => "requires_action",
             Self::Processing => "processing",
+            Self::RequiresCapture => "requires_capture",
             Self::Succeeded => "succeeded",
+            Self::Canceled => "canceled",
+        }
+    }
+}
+
+/// When the funds are captured (`capture_method`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum CaptureMethod {
+    /// At once, the charge's outcome known synchronously.
+    Automatic,
+    /// At once (Stripe's default since 2024), the balance transaction made asynchronously.
+    AutomaticAsync,
+    /// Authorize now, capture later (`POST /v1/payment_intents/{id}/capture`).
+    Manual,
+}
+
+impl CaptureMethod {
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "automatic" => Some(Self::Automatic),
+            "automatic_async" => Some(Self::AutomaticAsync),
+            "manual" => Some(Self::Manual),
+            _ => None,
         }
     }
 }
@@ -102,7 +134,7 @@ pub(crate) struct Draft {
     pub description: Option<String>,
     pub metadata: BTreeMap<String, String>,
     pub payment_method: Option<String>,
-    pub capture_method: &'static str,
+    pub capture_method: CaptureMethod,
     pub automatic_payment_methods: Option<AutomaticPaymentMethods>,
     pub payment_method_types: Vec<String>,
     /// Sent as `allowed_payment_method_types` (the newer name): shown under that name too.
@@ -123,20 +155,22 @@ pub(crate) struct PaymentIntent {
     pub allowed_payment_method_types: Option<Vec<String>>,
     /// In the currency's smallest unit (cents for `usd`).
     pub amount: i64,
-    /// Always 0: the simulator captures automatically, so nothing is left to capture.
+    /// What a capture may take: the whole amount while `requires_capture`, else 0.
     pub amount_capturable: i64,
     pub amount_details: AmountDetails,
-    /// `amount` once succeeded, else 0.
+    /// What was charged once succeeded (`amount`, or what a capture took), else 0.
     pub amount_received: i64,
     pub application: Null,
     pub application_fee_amount: Null,
     /// As sent (or defaulted: enabled, when no `payment_method_types` were given).
     pub automatic_payment_methods: Option<AutomaticPaymentMethods>,
-    /// Nothing is ever canceled.
-    pub canceled_at: Null,
-    pub cancellation_reason: Null,
-    /// `automatic` or `automatic_async` (Stripe's current default).
-    pub capture_method: &'static str,
+    /// When it was canceled (Unix seconds).
+    pub canceled_at: Option<i64>,
+    /// What the cancel call said (`abandoned`, `duplicate`, `fraudulent`,
+    /// `requested_by_customer`, or `null`), or `expired` for an authorization that expired.
+    pub cancellation_reason: Option<&'static str>,
+    /// `automatic_async` (Stripe's current default), `automatic` or `manual`.
+    pub capture_method: CaptureMethod,
     /// `{id}_secret_{…}`: what a browser would use to confirm; unused by the simulator.
     pub client_secret: String,
     /// Always `automatic`.
@@ -211,8 +245,8 @@ impl PaymentIntent {
             application: Null,
             application_fee_amount: Null,
             automatic_payment_methods: draft.automatic_payment_methods,
-            canceled_at: Null,
-            cancellation_reason: Null,
+            canceled_at: None,
+            cancellation_reason: None,
             capture_method: draft.capture_method,
             confirmation_method: "automatic",
             created: super::now(),
@@ -249,10 +283,33 @@ impl PaymentIntent {
 
     /// The confirmation (or its later settlement) charged the payment method.
     pub fn succeed(&mut self, charge: &str) {
-        self.status = Status::Succeeded;
-        self.amount_received = self.amount;
+        self.authorize(charge);
+        self.capture(self.amount);
+    }
+
+    /// The confirmation authorized the payment method for a later capture (`capture_method=manual`):
+    /// all of it is capturable.
+    pub fn authorize(&mut self, charge: &str) {
+        self.status = Status::RequiresCapture;
+        self.amount_capturable = self.amount;
         self.latest_charge = Some(charge.to_owned());
         self.last_payment_error = None;
+        self.next_action = None;
+    }
+
+    /// `amount` of the authorization was captured; the rest is released.
+    pub fn capture(&mut self, amount: i64) {
+        self.status = Status::Succeeded;
+        self.amount_received = amount;
+        self.amount_capturable = 0;
+    }
+
+    /// Canceled now, for `reason`: nothing more can be charged, an authorization is released.
+    pub fn cancel(&mut self, reason: Option<&'static str>) {
+        self.status = Status::Canceled;
+        self.canceled_at = Some(super::now());
+        self.cancellation_reason = reason;
+        self.amount_capturable = 0;
         self.next_action = None;
     }
 

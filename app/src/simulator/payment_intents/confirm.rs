@@ -4,8 +4,11 @@
 //!
 //! ```text
 //! card that succeeds     ─► succeeded (charge in the ledger)
+//!   capture_method=manual ─► requires_capture (an authorization: no ledger entry until a
+//!                            capture, see capture.rs)
 //! card that declines     ─► requires_payment_method, 402 card_error
 //! 3-D Secure card        ─► requires_action ─ authenticate: succeed ─► succeeded (ledger)
+//!                                                                      or requires_capture
 //!                                                          fail ─► requires_payment_method
 //! US bank account        ─► processing ─ after `processing_ms` ─► succeeded (ledger)
 //!                                                              or requires_payment_method
@@ -18,7 +21,9 @@ use crate::simulator::error::{ApiError, ErrorObject, ErrorType};
 use crate::simulator::events::emit;
 use crate::simulator::execution::Ctx;
 use crate::simulator::ledger;
-use crate::simulator::objects::{Charge, ChargeStatus, EventRequest, PaymentIntent, PaymentMethod, Status, new_id};
+use crate::simulator::objects::{
+    CaptureMethod, Charge, ChargeStatus, EventRequest, PaymentIntent, PaymentMethod, Status, new_id,
+};
 use crate::simulator::payment_methods::{self, CardBehaviour, Decline, TestPaymentMethod};
 use crate::simulator::response::{SavedResponse, to_value};
 use crate::simulator::state::{Account, State};
@@ -90,8 +95,8 @@ fn confirm(
     let instrument = method.instrument;
     match method.behaviour {
         CardBehaviour::Succeeds => {
-            let charge = Charge::new(intent, payment_method, instrument, ChargeStatus::Succeeded, false);
-            charge_succeeded(state, &ctx.api_key, intent, charge, &ctx.request);
+            let charge = Charge::new(intent, payment_method, instrument, ChargeStatus::Pending, false);
+            card_authorized(state, &ctx.api_key, intent, charge, &ctx.request);
             None
         }
         CardBehaviour::Declines(decline) => {
@@ -149,10 +154,7 @@ fn settle(state: &mut State, api_key: &str, id: &str, failure: Option<Decline>) 
 /// PaymentIntent of any API key. Returns the PaymentIntent as it now is.
 pub(crate) fn authenticate(state: &mut State, id: &str, succeed: bool) -> Result<Value, ApiError> {
     let api_key = state
-        .accounts
-        .iter()
-        .find(|(_, account)| account.payment_intents.contains_key(id))
-        .map(|(api_key, _)| api_key.clone())
+        .owner(|account| account.payment_intents.contains_key(id))
         .ok_or_else(|| ApiError::not_found("payment_intent", id, "intent"))?;
     let status = state.account(&api_key).payment_intents[id].status;
     let mut intent = take_intent(state, &api_key, id, Status::RequiresAction).ok_or_else(|| {
@@ -167,8 +169,8 @@ pub(crate) fn authenticate(state: &mut State, id: &str, succeed: bool) -> Result
     // Only a test card that asks for 3-D Secure gets here.
     let instrument = payment_methods::lookup(&payment_method).expect("a known test payment method").instrument;
     if succeed {
-        let charge = Charge::new(&intent, &payment_method, instrument, ChargeStatus::Succeeded, true);
-        charge_succeeded(state, &api_key, &mut intent, charge, &asynchronous);
+        let charge = Charge::new(&intent, &payment_method, instrument, ChargeStatus::Pending, true);
+        card_authorized(state, &api_key, &mut intent, charge, &asynchronous);
     } else {
         // Authentication fails before any charge is attempted.
         let message = "The provided PaymentMethod has failed authentication. You can provide \
@@ -195,6 +197,28 @@ fn take_intent(state: &mut State, api_key: &str, id: &str, status: Status) -> Op
     account.payment_intents.remove(id)
 }
 
+/// The issuer authorized the card: captured at once (money moved), or, with
+/// `capture_method=manual`, held for a later capture.
+fn card_authorized(
+    state: &mut State,
+    api_key: &str,
+    intent: &mut PaymentIntent,
+    mut charge: Charge,
+    request: &EventRequest,
+) {
+    if intent.capture_method != CaptureMethod::Manual {
+        charge.succeed();
+        return charge_succeeded(state, api_key, intent, charge, request);
+    }
+    // Stripe's events for an authorization: the charge succeeded (uncaptured), and the
+    // PaymentIntent has an amount to capture. No money moved: nothing enters the ledger.
+    charge.authorize();
+    intent.authorize(&charge.id);
+    emit(state, api_key, "charge.succeeded", to_value(&charge), None, request);
+    emit(state, api_key, "payment_intent.amount_capturable_updated", to_value(&*intent), None, request);
+    state.account(api_key).charges.insert(charge.id.clone(), charge);
+}
+
 /// Money moved: the charge succeeds, enters the ledger (once: the PaymentIntent leaves the state
 /// it was charged from), and the events say so.
 fn charge_succeeded(
@@ -205,17 +229,7 @@ fn charge_succeeded(
     request: &EventRequest,
 ) {
     intent.succeed(&charge.id);
-    state.ledger.record(ledger::Charge {
-        payment_intent: intent.id.clone(),
-        charge: charge.id.clone(),
-        idempotency_key: intent.created_with_key.clone(),
-        amount: intent.amount,
-        amount_refunded: 0,
-        currency: intent.currency.clone(),
-        payment_method: charge.payment_method.clone(),
-        metadata: intent.metadata.clone(),
-        created: charge.created,
-    });
+    state.ledger.record(ledger::Charge::of(intent, &charge));
     emit(state, api_key, "charge.succeeded", to_value(&charge), None, request);
     emit(state, api_key, "payment_intent.succeeded", to_value(&*intent), None, request);
     state.account(api_key).charges.insert(charge.id.clone(), charge);

@@ -1,13 +1,17 @@
-//! The PaymentIntent routes: `POST /v1/payment_intents` (create, and confirm), `GET
-//! /v1/payment_intents/{id}` (the current state), `GET /v1/payment_intents` (the list) and `GET
-//! /v1/payment_intents/search`.
+//! The PaymentIntent routes: `POST /v1/payment_intents` (create, and confirm), `POST
+//! /v1/payment_intents/{id}/capture` and `…/cancel`, `GET /v1/payment_intents/{id}` (the current
+//! state), `GET /v1/payment_intents` (the list) and `GET /v1/payment_intents/search`.
 //!
 //! ```text
 //! params.rs   the create call's parameters, the return_url rule
 //! confirm.rs  what a confirmation does per payment method; settling, authenticating
+//! capture.rs  capturing an authorization (capture_method=manual)
+//! cancel.rs   canceling; an authorization that expires
 //! search.rs   Stripe's search query language, over the PaymentIntent's search fields
 //! ```
 
+mod cancel;
+mod capture;
 mod confirm;
 mod params;
 mod search;
@@ -19,14 +23,17 @@ use axum::extract::{Extension, Path, State};
 use axum::http::header::HOST;
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 
+use cancel::CancelParams;
+pub(crate) use cancel::expire_authorization;
+use capture::CaptureParams;
 pub(crate) use confirm::authenticate;
 use params::CreateParams;
 use search::Query;
 
 use crate::simulator::error::ApiError;
-use crate::simulator::execution;
+use crate::simulator::execution::{self, Ctx};
 use crate::simulator::faults::Operation;
 use crate::simulator::form::{Form, is_list_index, non_empty, parse_limit};
 use crate::simulator::http::{Caller, Created, Page, RequestId, api_key, legacy_api_version, require_form_encoding};
@@ -42,6 +49,8 @@ pub(crate) fn router() -> Router<Simulator> {
         .route(PAYMENT_INTENTS, get(list).post(create))
         .route(SEARCH, get(search))
         .route("/v1/payment_intents/{id}", get(retrieve))
+        .route(CaptureParams::ROUTE, post(act::<CaptureParams>))
+        .route(CancelParams::ROUTE, post(act::<CancelParams>))
 }
 
 async fn create(
@@ -68,6 +77,58 @@ async fn create(
     .await
 }
 
+/// A write on one PaymentIntent (capture, cancel): its route, its name for the faults, its
+/// parameters (the implementing type) and what it does.
+trait Action: Sized + Send + 'static {
+    const ROUTE: &'static str;
+    const OPERATION: Operation;
+    /// Validates the form, before anything executes (a refusal here saves nothing for the key).
+    fn from_form(form: &Form) -> Result<Self, ApiError>;
+    /// Runs under the lock, on PaymentIntent `id`; its answer is saved for the key.
+    fn execute(&self, state: &mut SimState, ctx: &Ctx, id: &str) -> SavedResponse;
+}
+
+/// `POST /v1/payment_intents/{id}/capture` and `…/cancel`: authenticates and validates the call,
+/// then runs it through the pipeline of every write: idempotency (the key's fingerprint is the
+/// route, the PaymentIntent and the form), the faults scoped to the operation and to the
+/// PaymentIntent's payment method, the saved result.
+async fn act<A: Action>(
+    State(sim): State<Simulator>,
+    Extension(request_id): Extension<RequestId>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let caller = Caller::from_request(&headers, &request_id)?;
+    let Path(id) = path?;
+    let body = body?;
+    require_form_encoding(&headers)?;
+    let form = Form::parse(&body);
+    let params = A::from_form(&form)?;
+    let mut fingerprint = form.canonical();
+    // Not a form key (the form's are checked above): the same key on another PaymentIntent is
+    // another request.
+    fingerprint.push((":intent".to_owned(), id.clone()));
+    let api_key = caller.api_key.clone();
+    let scoped = id.clone();
+    execution::write(
+        sim,
+        caller,
+        Some(A::OPERATION),
+        (A::ROUTE, fingerprint),
+        move |state| payment_method_of(state, &api_key, &scoped),
+        move |state, ctx| params.execute(state, ctx, &id),
+    )
+    .await
+}
+
+/// The payment method a PaymentIntent is about (the one it was confirmed with, kept after Stripe
+/// detaches it), for faults scoped to one.
+fn payment_method_of(state: &SimState, api_key: &str, id: &str) -> Option<String> {
+    let intent = state.accounts.get(api_key)?.payment_intents.get(id)?;
+    intent.confirmed_with.clone().or_else(|| intent.payment_method.clone())
+}
+
 async fn retrieve(
     State(sim): State<Simulator>,
     path: Result<Path<String>, PathRejection>,
@@ -83,10 +144,7 @@ async fn retrieve(
             _ => return Err(ApiError::parameter_unknown(param.key, "expand")),
         }
     }
-    let payment_method = |state: &SimState| {
-        let intent = state.accounts.get(&api_key)?.payment_intents.get(&id)?;
-        intent.confirmed_with.clone().or_else(|| intent.payment_method.clone())
-    };
+    let payment_method = |state: &SimState| payment_method_of(state, &api_key, &id);
     let read = |state: &SimState| {
         // Objects are scoped per API key: another key's PaymentIntent does not exist for this one.
         let account = state.accounts.get(&api_key);

@@ -7,7 +7,7 @@ use crate::simulator::form::{
     Form, apply_metadata, check_amount, invalid_enum, is_list_index, non_empty, parse_amount, parse_bool,
     parse_currency,
 };
-use crate::simulator::objects::{AutomaticPaymentMethods, Draft};
+use crate::simulator::objects::{AutomaticPaymentMethods, CaptureMethod, Draft};
 
 /// What `parameter_unknown` lists as supported.
 const SUPPORTED: &str = "amount, currency, payment_method, confirm, description, metadata, capture_method, \
@@ -25,6 +25,11 @@ const RETURN_URL_REQUIRED: &str = "A `return_url` must be specified because this
 /// The payment method types automatic payment methods offer in the simulator (its "Dashboard").
 pub(super) const AUTOMATIC_TYPES: &[&str] = &["card", "us_bank_account"];
 
+/// The payment method types that can be authorized now and captured later: Stripe supports
+/// manual capture for cards, not for ACH debits, so automatic payment methods with
+/// `capture_method=manual` offer cards only.
+const MANUAL_CAPTURE_TYPES: &[&str] = &["card"];
+
 /// The validated parameters of a create call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CreateParams {
@@ -38,8 +43,8 @@ pub(crate) struct CreateParams {
     pub confirm: bool,
     pub description: Option<String>,
     pub metadata: BTreeMap<String, String>,
-    /// `automatic_async` unless `automatic` was asked for; manual capture is not simulated.
-    pub capture_method: &'static str,
+    /// `automatic_async` unless `automatic` or `manual` (authorize now, capture later) was asked for.
+    pub capture_method: CaptureMethod,
     /// As rendered on the PaymentIntent: as sent, or Stripe's default (enabled, redirects
     /// allowed) when neither it nor `payment_method_types` was sent.
     pub automatic_payment_methods: Option<AutomaticPaymentMethods>,
@@ -68,7 +73,7 @@ impl CreateParams {
             confirm: false,
             description: None,
             metadata: BTreeMap::new(),
-            capture_method: "automatic_async",
+            capture_method: CaptureMethod::AutomaticAsync,
             automatic_payment_methods: None,
             payment_method_types: Vec::new(),
             allowed_name: false,
@@ -138,9 +143,23 @@ impl CreateParams {
             (None, None) => Some(AutomaticPaymentMethods { enabled: true, allow_redirects: Some("always") }),
         };
         let automatic = params.automatic_payment_methods.as_ref().filter(|automatic| automatic.enabled);
+        let manual = params.capture_method == CaptureMethod::Manual;
         if !sent_types {
-            let types: &[&str] = if automatic.is_some() { AUTOMATIC_TYPES } else { &["card"] };
+            let types = match automatic {
+                Some(_) if manual => MANUAL_CAPTURE_TYPES,
+                Some(_) => AUTOMATIC_TYPES,
+                None => &["card"],
+            };
             params.payment_method_types = types.iter().map(|&kind| kind.to_owned()).collect();
+        }
+        let uncapturable =
+            params.payment_method_types.iter().find(|kind| !MANUAL_CAPTURE_TYPES.contains(&kind.as_str()));
+        if let Some(kind) = uncapturable.filter(|_| manual) {
+            return Err(ApiError::invalid_request(format!(
+                "The payment method type {kind} cannot be authorized for a later capture: \
+                 capture_method=manual is available for card payments only."
+            ))
+            .param("capture_method"));
         }
         if params.confirm && params.payment_method.is_none() {
             return Err(ApiError::invalid_request(
@@ -175,16 +194,11 @@ impl CreateParams {
     }
 }
 
-fn parse_capture_method(value: &str) -> Result<&'static str, ApiError> {
+fn parse_capture_method(value: &str) -> Result<CaptureMethod, ApiError> {
     match value {
-        "" | "automatic_async" => Ok("automatic_async"),
-        "automatic" => Ok("automatic"),
-        "manual" => Err(ApiError::invalid_request(
-            "capture_method=manual is not supported by the payonce Stripe simulator: it \
-             captures every successful confirmation immediately.",
-        )
-        .param("capture_method")),
-        _ => Err(invalid_enum("capture_method", value, "automatic, automatic_async, manual")),
+        "" => Ok(CaptureMethod::AutomaticAsync),
+        value => CaptureMethod::parse(value)
+            .ok_or_else(|| invalid_enum("capture_method", value, "automatic, automatic_async, manual")),
     }
 }
 
@@ -251,8 +265,29 @@ mod tests {
             .expect("valid request");
         assert_eq!(parsed.currency, "usd");
         assert!(!parsed.confirm);
-        assert_eq!(parsed.capture_method, "automatic_async");
+        assert_eq!(parsed.capture_method, CaptureMethod::AutomaticAsync);
         assert_eq!((parsed.automatic_payment_methods, parsed.payment_method_types), (None, vec!["card".to_owned()]));
+    }
+
+    /// `capture_method=manual` (async-stripe's encoding) authorizes for a later capture: automatic
+    /// payment methods then offer cards only, and a bank debit asked for by name is refused.
+    #[test]
+    fn manual_capture_is_for_cards() {
+        let mut automatic = CreatePaymentIntentAutomaticPaymentMethods::new(true);
+        automatic.allow_redirects = Some(CreatePaymentIntentAutomaticPaymentMethodsAllowRedirects::Never);
+        let request = CreatePaymentIntent::new(1234, Currency::EUR)
+            .capture_method(stripe_core::PaymentIntentCaptureMethod::Manual)
+            .automatic_payment_methods(automatic);
+        let parsed = params(&request.build().body.expect("a form body")).expect("manual capture is valid");
+        assert_eq!(
+            (parsed.capture_method, parsed.payment_method_types),
+            (CaptureMethod::Manual, vec!["card".to_owned()])
+        );
+        let automatic = params("amount=1&currency=usd&capture_method=automatic").expect("valid");
+        assert_eq!(automatic.capture_method, CaptureMethod::Automatic);
+        let bank = "amount=1&currency=usd&capture_method=manual&payment_method_types[0]=us_bank_account";
+        assert_eq!(error_code(bank), (None, Some("capture_method".to_owned())));
+        assert_eq!(error_code("amount=1&currency=usd&capture_method=later"), (None, Some("capture_method".to_owned())));
     }
 
     /// A confirmation that might redirect needs a `return_url`, unless redirects are off, the

@@ -1,4 +1,5 @@
-//! What `POST /v1/refunds` does, under the lock: find the charge, check what remains, refund,
+//! What `POST /v1/refunds` does, under the lock: find the charge, check what remains (of what was
+//! captured: an authorization not captured is canceled, not refunded), refund,
 //! record it in the ledger, emit the events. Card refunds succeed at once; the acquirer's
 //! reference arrives later (`refund.updated`, after the processing knob), as on Stripe. A bank
 //! debit's refund is `pending` (its amount taken from what the charge can still refund) and
@@ -66,26 +67,32 @@ fn refund(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Result<Refund,
                 .ok_or_else(|| ApiError::resource_missing("payment_intent", id, "payment_intent"))?;
             match (intent.status, &intent.latest_charge) {
                 (Status::Succeeded, Some(charge)) => charge.clone(),
-                _ => {
-                    return Err(ApiError::invalid_request(format!(
-                        "This PaymentIntent ({id}) does not have a successful charge to refund (its status is {}).",
-                        intent.status.as_str()
-                    ))
-                    .param("payment_intent"));
-                }
+                (Status::RequiresCapture, _) => return Err(uncaptured(id).param("payment_intent")),
+                _ => return Err(no_successful_charge(id).param("payment_intent")),
             }
         }
         Target::Charge(id) => id.clone(),
     };
+    let intent_of = |charge: &str| {
+        let intent = account.payment_intents.get(&account.charges.get(charge)?.payment_intent)?;
+        Some((intent.id.clone(), intent.status))
+    };
+    let intent = intent_of(&charge_id);
     let charge = account
         .charges
         .get_mut(&charge_id)
         .ok_or_else(|| ApiError::resource_missing("charge", &charge_id, "charge"))?;
     let remaining = charge.refundable();
+    // Only what was captured can be refunded: an authorization is canceled instead, and one
+    // that was canceled or expired has nothing to refund.
     if charge.amount_captured == 0 {
-        return Err(ApiError::invalid_request(format!(
-            "Charge {charge_id} has not succeeded: there is nothing to refund."
-        ))
+        return Err(match intent {
+            Some((intent, Status::RequiresCapture)) => uncaptured(&intent),
+            Some((intent, Status::Canceled)) => no_successful_charge(&intent),
+            _ => {
+                ApiError::invalid_request(format!("Charge {charge_id} has not succeeded: there is nothing to refund."))
+            }
+        }
         .param("charge"));
     }
     if remaining == 0 {
@@ -140,15 +147,29 @@ fn refund(state: &mut State, ctx: &Ctx, params: &RefundParams) -> Result<Refund,
     Ok(refund)
 }
 
+/// Stripe's refusal to refund an authorization (`requires_capture`): it is canceled instead.
+fn uncaptured(payment_intent: &str) -> ApiError {
+    ApiError::invalid_request(format!(
+        "This uncaptured Charge was created by a PaymentIntent ({payment_intent}). You must cancel the \
+         PaymentIntent to reverse the authorization instead of refunding the Charge directly. For more \
+         information, see https://stripe.com/docs/payments/payment-intents/creating-payment-intents#separate-auth-capture"
+    ))
+}
+
+/// Stripe's refusal to refund a PaymentIntent that charged nothing (not confirmed, declined,
+/// processing, canceled).
+fn no_successful_charge(payment_intent: &str) -> ApiError {
+    ApiError::invalid_request(format!(
+        "This PaymentIntent ({payment_intent}) does not have a successful charge to refund."
+    ))
+}
+
 /// Settles a pending (bank debit) refund now: `succeeded` (`refund.updated`, and into the
 /// ledger) or `failed` (`refund.failed`, `failure_reason: declined`, its amount refundable on
 /// the charge again). Answers the refund as it now is; 400 if it is not pending.
 pub(crate) fn settle(state: &mut State, id: &str, succeed: bool) -> Result<Refund, ApiError> {
     let api_key = state
-        .accounts
-        .iter()
-        .find(|(_, account)| account.refunds.contains_key(id))
-        .map(|(api_key, _)| api_key.clone())
+        .owner(|account| account.refunds.contains_key(id))
         .ok_or_else(|| ApiError::not_found("refund", id, "id"))?;
     settle_in(state, &api_key, id, succeed)
 }
@@ -196,10 +217,7 @@ pub(crate) fn fail_after_success(
     failure_reason: &'static str,
 ) -> Result<Refund, ApiError> {
     let api_key = state
-        .accounts
-        .iter()
-        .find(|(_, account)| account.refunds.contains_key(id))
-        .map(|(api_key, _)| api_key.clone())
+        .owner(|account| account.refunds.contains_key(id))
         .ok_or_else(|| ApiError::not_found("refund", id, "id"))?;
     let account = state.account(&api_key);
     let refund = account.refunds.get_mut(id).ok_or_else(|| ApiError::not_found("refund", id, "id"))?;

@@ -1,7 +1,7 @@
 //! The refund routes: `POST /v1/refunds` (idempotent, like a create), `GET /v1/refunds/{id}` and
 //! `GET /v1/refunds` (newest first; `payment_intent`, `charge`, pagination), with Stripe's
 //! errors: `charge_already_refunded` when nothing remains, `amount_too_large` for more than
-//! remains, and a 400 for a PaymentIntent with no successful charge.
+//! remains, and a 400 for a PaymentIntent with no successful charge or only an authorization.
 
 mod create;
 

@@ -1,6 +1,8 @@
 //! End-to-end tests: a started simulator on port 0, driven by the real async-stripe client (what
 //! payonce uses) and by raw HTTP (to see headers and send what async-stripe would not).
 
+mod cancel;
+mod capture;
 mod control;
 mod faults;
 mod idempotency;
@@ -124,6 +126,21 @@ impl TestSim {
         let endpoint = create.send(&self.stripe()).await.expect("endpoint created");
         endpoint.secret.expect("the secret is in the create response")
     }
+}
+
+/// The types and `request` of the account's events about `id`, oldest first.
+async fn events_about(sim: &TestSim, id: &str) -> Vec<(String, Value)> {
+    let list = sim.request(Method::GET, "v1/events?limit=100").bearer_auth(API_KEY);
+    let events = Response::send(list).await.body;
+    let mut about: Vec<_> = events["data"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter(|event| event["data"]["object"]["id"] == id || event["data"]["object"]["payment_intent"] == id)
+        .map(|event| (event["type"].as_str().unwrap_or_default().to_owned(), event["request"].clone()))
+        .collect();
+    about.reverse();
+    about
 }
 
 /// Polls `probe` until it yields a value; panics naming `what` after ten seconds. (A bound on a

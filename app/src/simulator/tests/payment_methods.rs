@@ -3,14 +3,14 @@
 //! async-stripe, with the ledger and the events checked.
 
 use reqwest::Method;
-use serde_json::{Value, json};
+use serde_json::json;
 use stripe::ApiErrorsType;
 use stripe_core::PaymentIntentStatus;
 use stripe_core::charge::RetrieveCharge;
 use stripe_core::payment_intent::{CreatePaymentIntent, RetrievePaymentIntent};
 use stripe_types::Currency;
 
-use super::{API_KEY, Response, TestSim, payment, send, stripe_error};
+use super::{Response, TestSim, events_about, payment, send, stripe_error};
 
 /// The status of a PaymentIntent as `GET /v1/payment_intents/{id}` shows it now.
 async fn status_of(sim: &TestSim, id: &str) -> PaymentIntentStatus {
@@ -24,21 +24,6 @@ async fn wait_for_status(sim: &TestSim, id: &str, status: PaymentIntentStatus) {
         assert!(std::time::Instant::now() < deadline, "{id} never reached {status:?}");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-}
-
-/// The types and `request` of the account's events about `id`, oldest first.
-async fn events_about(sim: &TestSim, id: &str) -> Vec<(String, Value)> {
-    let list = sim.request(Method::GET, "v1/events?limit=100").bearer_auth(API_KEY);
-    let events = Response::send(list).await.body;
-    let mut about: Vec<_> = events["data"]
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter(|event| event["data"]["object"]["id"] == id || event["data"]["object"]["payment_intent"] == id)
-        .map(|event| (event["type"].as_str().unwrap_or_default().to_owned(), event["request"].clone()))
-        .collect();
-    about.reverse();
-    about
 }
 
 /// `pm_usBankAccount_success`: `processing` at once (no charge in the ledger yet), `succeeded`

@@ -2,12 +2,13 @@
 //!
 //! A recording proxy sits between payonce's gateway client and the simulator, and another
 //! between the simulator and payonce's webhook route. The test drives the payment, refund,
-//! webhook and reconciliation paths through payonce (and the rest of the simulator's surface
-//! with plain requests), then checks every recorded exchange against the copy of Stripe's
-//! OpenAPI description in `app/tests/stripe-openapi/` ([`spec`]):
+//! webhook and reconciliation paths through payonce, authorize-then-capture or cancel through
+//! async-stripe's own client (the request types payonce's gateway uses for them), and the rest
+//! of the simulator's surface with plain requests, then checks every recorded exchange against
+//! the copy of Stripe's OpenAPI description in `app/tests/stripe-openapi/` ([`spec`]):
 //!
-//! - every request payonce's gateway client sent: no unknown parameter, none missing, the right
-//!   types and values;
+//! - every request payonce's gateway client (or async-stripe) sent: no unknown parameter, none
+//!   missing, the right types and values;
 //! - every answer the simulator gave, and every event it delivered: each property Stripe sends
 //!   is there (nullable ones as `null`), none that Stripe's objects do not have, with the right
 //!   types and values;
@@ -18,6 +19,7 @@
 //!
 //! The report ([`report`]) counts, per kind of request or answer, what violates the description.
 
+mod captures;
 mod recorder;
 mod report;
 mod spec;
@@ -42,8 +44,9 @@ const WEBHOOK_SECRET: &str = "whsec_payonce_conformance";
 /// Every request payonce's gateway client sends and every answer the simulator gives, across
 /// payments (cards that succeed, decline, need 3-D Secure; bank debits that settle or fail),
 /// lost answers and outages, refunds (card and pending bank debit, settled and failed),
-/// webhooks, and reconciliation (the sweeper, retrieve, search, the refund list), are what
-/// Stripe's OpenAPI description says, in both directions; and the headers are Stripe's.
+/// webhooks, reconciliation (the sweeper, retrieve, search, the refund list), and authorizations
+/// (captured, canceled, expired, refused), are what Stripe's OpenAPI description says, in both
+/// directions; and the headers are Stripe's.
 #[tokio::test]
 async fn requests_and_answers_are_what_stripes_openapi_description_says() {
     let spec = Spec::load();
@@ -66,6 +69,7 @@ async fn requests_and_answers_are_what_stripes_openapi_description_says() {
     let refund = run.refunds(&paid).await;
     run.reconciliation(&paid, &refund, &api.url).await;
     run.surface(&paid).await;
+    run.captures(&api.url).await;
     // The refunds' later updates come on the simulator's timers.
     quiet(&sim, &["refund.updated"]).await;
 
@@ -92,6 +96,14 @@ fn the_checks_catch_each_kind_of_violation() {
     assert_eq!(wrong.len(), 2, "{wrong:?}");
     let nested = create("amount=1&currency=usd&automatic_payment_methods[allow_redirects]=sometimes");
     assert_eq!(nested.len(), 2, "enabled is missing, the value is not an option: {nested:?}");
+    let capture =
+        |body: &str| spec.check_request(&Method::POST, "/v1/payment_intents/pi_1/capture", None, body.as_bytes());
+    assert!(capture("amount_to_capture=500&expand[0]=latest_charge").is_empty());
+    assert_eq!(capture("amount_to_capture=five&final_capture=false").len(), 2, "not an integer; unknown in 2023");
+    let cancel =
+        |body: &str| spec.check_request(&Method::POST, "/v1/payment_intents/pi_1/cancel", None, body.as_bytes());
+    assert!(cancel("cancellation_reason=requested_by_customer").is_empty() && cancel("").is_empty());
+    assert_eq!(cancel("cancellation_reason=bored").len(), 1, "not one of Stripe's reasons");
     let search = |query: &str| spec.check_request(&Method::GET, "/v1/payment_intents/search", Some(query), b"");
     assert!(search("query=status:'x'&limit=3").is_empty());
     assert_eq!(search("limit=x&page=1&total=1").len(), 3, "query missing, limit not an integer, total unknown");
