@@ -33,8 +33,6 @@ alter table payments
     -- payment at once, at most one capture or one cancel is ever sent.
     add column settlement        text check (settlement in ('capture', 'cancel')),
     add column settled_by        uuid,
-    -- what the capture asked for (all that was capturable, or `amount_to_capture`)
-    add column settle_amount     bigint check (settle_amount > 0),
     add constraint payments_one_settlement check ((settlement is null) = (settled_by is null));
 update payments set amount_captured = amount where status = 'succeeded';
 

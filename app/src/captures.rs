@@ -62,7 +62,7 @@ impl Idempotent for Settles {
                     select id, status, settlement, amount_capturable from payments
                     where id = $1 and customer_id = $2 for update
                 ), claimed as (
-                    update payments p set settlement = $3, settled_by = $4, settle_amount = coalesce($5, p.amount_capturable)
+                    update payments p set settlement = $3, settled_by = $4
                       from target
                      where p.id = target.id and p.status = 'requires_capture' and p.settlement is null
                        and coalesce($5, p.amount_capturable) <= p.amount_capturable
@@ -154,13 +154,14 @@ async fn finish(
     mut payment: Payment,
     outcome: &Outcome,
 ) -> Result<StoredResponse, ProcessError> {
-    let said = Answered::of(outcome).map_or(PaymentStatus::RequiresCapture, |answered| answered.status);
+    let (said, received) = Answered::of(outcome)
+        .map_or((PaymentStatus::RequiresCapture, 0), |answered| (answered.status, answered.amount_received));
     let mut tx = lease.engine().pool().begin().await?;
     let row = sqlx::query!(
         r#"
         update payments
            set status = case when status = 'requires_capture' then $2 else status end,
-               amount_captured = case when $2 = 'succeeded' and amount_captured = 0 then settle_amount else amount_captured end,
+               amount_captured = case when status = 'requires_capture' and $2 = 'succeeded' then $3 else amount_captured end,
                amount_capturable = case when $2 = 'requires_capture' then amount_capturable else 0 end,
                settlement = case when $2 = 'requires_capture' then null else settlement end,
                settled_by = case when $2 = 'requires_capture' then null else settled_by end, updated_at = now()
@@ -169,6 +170,7 @@ async fn finish(
         "#,
         payment.id.0,
         said.as_str(),
+        received,
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -183,7 +185,7 @@ async fn finish(
         )
     } else if payment.status == wanted {
         let body = serde_json::to_vec(&payment.to_json()).expect("a payment always serialises");
-        StoredResponse::new(StatusCode::OK, "application/json", Some(payment.location()), body)
+        StoredResponse::new(StatusCode::OK, "application/json", None, body)
     } else {
         not_capturable(&payment.id.to_string(), payment.status.as_str(), None)
     };

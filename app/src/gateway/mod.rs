@@ -472,6 +472,7 @@ pub fn classify_intent(intent: &PaymentIntent, next_action: Value) -> Outcome {
         id: intent.id.as_str(),
         status: intent.status.as_str(),
         amount_capturable: intent.amount_capturable,
+        amount_received: intent.amount_received,
         next_action: Some(next_action),
         last_payment_error: intent.last_payment_error.as_deref().map(|error| error_answer(error, 0, None)),
     }

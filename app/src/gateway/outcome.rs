@@ -12,8 +12,9 @@ pub use crate::idempotency::downstream::{GatewayError, Refusal, RefusalReason};
 /// The meaning of one gateway answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// The money moved. Final.
-    Succeeded { payment_intent: String },
+    /// The money moved: `amount_received` of it (all of an automatic payment, what the capture
+    /// took of an authorization). Final.
+    Succeeded { payment_intent: String, amount_received: i64 },
     /// The customer's payment method was refused. Final, and the customer's outcome.
     Declined(Decline),
     /// The payment exists at the gateway and may still move money (a bank debit settling, an
@@ -55,7 +56,7 @@ impl Outcome {
     /// The PaymentIntent the answer names, if any.
     pub fn payment_intent(&self) -> Option<&str> {
         match self {
-            Self::Succeeded { payment_intent }
+            Self::Succeeded { payment_intent, .. }
             | Self::Pending { payment_intent, .. }
             | Self::Authorized { payment_intent, .. }
             | Self::Canceled { payment_intent } => Some(payment_intent),
@@ -315,6 +316,8 @@ pub struct IntentAnswer<'a> {
     pub status: &'a str,
     /// What an authorization may still capture (`requires_capture`).
     pub amount_capturable: i64,
+    /// The money that moved (`succeeded`).
+    pub amount_received: i64,
     /// Stripe's `next_action`, as it sent it.
     pub next_action: Option<Value>,
     /// Why its last payment attempt failed, if it did.
@@ -337,7 +340,7 @@ impl IntentAnswer<'_> {
             next_action: self.next_action.clone().filter(|action| !action.is_null()),
         };
         match self.status {
-            "succeeded" => Outcome::Succeeded { payment_intent },
+            "succeeded" => Outcome::Succeeded { payment_intent, amount_received: self.amount_received },
             "processing" => pending(PendingStatus::Processing),
             "requires_action" => pending(PendingStatus::RequiresAction),
             "requires_payment_method" => {
@@ -502,6 +505,7 @@ mod tests {
             id: "pi_1",
             status,
             amount_capturable: 0,
+            amount_received: 0,
             next_action: None,
             last_payment_error: None,
         };

@@ -271,7 +271,7 @@ fn type_schema(problem: &ProblemType) -> Value {
         "gateway-unavailable" | "gateway-refused" | "service-unavailable" | "lock-service-unavailable" => {
             (json!({"retry_after": retry_after}), &["retry_after"])
         }
-        "payment-not-refundable" => {
+        "payment-not-refundable" | "payment-not-capturable" => {
             (json!({"payment": payment, "payment_status": {"type": "string"}}), &["payment", "payment_status"])
         }
         "refund-exceeds-payment" => (
@@ -286,7 +286,7 @@ fn type_schema(problem: &ProblemType) -> Value {
             json!({"payment": payment, "payment_intent": nullable, "code": {"type": "string"}, "decline_code": nullable}),
             &["payment", "payment_intent", "code", "decline_code"],
         ),
-        "payment-abandoned" => (json!({"payment": payment}), &[]),
+        "payment-abandoned" | "settlement-abandoned" => (json!({"payment": payment}), &[]),
         _ => (json!({}), &[]),
     };
     let mut properties = Map::new();
@@ -350,6 +350,8 @@ fn problem_headers(problem: &ProblemType) -> Vec<(&'static str, bool, Value, &'s
         "refund-rejected" | "refund-abandoned" => vec![refund_location(), replayed()],
         "card-declined" | "payment-rejected" => vec![location(true), replayed()],
         "payment-abandoned" => vec![location(false), replayed()],
+        // A capture's final answers (an authorization that expired, a settlement never made).
+        "payment-not-capturable" | "settlement-abandoned" => vec![replayed()],
         "unsupported-content-encoding" => {
             vec![("Accept-Encoding", true, json!({"const": "identity"}), "The only content coding accepted.")]
         }

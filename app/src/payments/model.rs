@@ -109,13 +109,17 @@ pub struct Answered {
     pub next_action: Option<Value>,
     /// What an authorization may capture (`requires_capture`), 0 otherwise.
     pub amount_capturable: i64,
+    /// The money that moved (`succeeded`), 0 otherwise.
+    pub amount_received: i64,
 }
 
 impl Answered {
     /// `None` for refused and unknown answers, which say nothing about the payment.
     pub fn of(outcome: &Outcome) -> Option<Self> {
         Some(match outcome {
-            Outcome::Succeeded { payment_intent } => Self::plain(PaymentStatus::Succeeded, payment_intent),
+            Outcome::Succeeded { payment_intent, amount_received } => {
+                Self { amount_received: *amount_received, ..Self::plain(PaymentStatus::Succeeded, payment_intent) }
+            }
             Outcome::Pending { payment_intent, status, next_action } => {
                 Self { next_action: next_action.clone(), ..Self::plain((*status).into(), payment_intent) }
             }
@@ -134,6 +138,7 @@ impl Answered {
                 }),
                 next_action: None,
                 amount_capturable: 0,
+                amount_received: 0,
             },
             Outcome::Refused(_) | Outcome::Unknown(_) => return None,
         })
@@ -147,6 +152,7 @@ impl Answered {
             failure: None,
             next_action: None,
             amount_capturable: 0,
+            amount_received: 0,
         }
     }
 }

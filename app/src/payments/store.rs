@@ -172,6 +172,10 @@ pub async fn advance(
                set status = $2, gateway_payment_intent_id = coalesce(p.gateway_payment_intent_id, $3),
                    failure_code = $4, decline_code = $5, failure_message = $6, next_action = $7,
                    amount_capturable = $13,
+                   -- a capture made outside payonce (the Dashboard) says how much it took; an
+                   -- automatic payment's is its amount (the payments_automatic_capture trigger)
+                   amount_captured = case when $2 = 'succeeded' and p.capture_method = 'manual' then $14
+                                          else p.amount_captured end,
                    reconcile_at = case when $2 in ('requires_action', 'processing')
                                        then coalesce(p.reconcile_at, now() + payonce_backoff(1, $9, $10))
                                   end,
@@ -203,6 +207,7 @@ pub async fn advance(
         kind.as_str(),
         detail,
         target.amount_capturable,
+        target.amount_received,
     )
     .fetch_optional(conn)
     .await?;

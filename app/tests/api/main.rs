@@ -8,6 +8,7 @@ mod architecture;
 mod batch;
 mod browser;
 mod budget;
+mod captures;
 mod chromium;
 mod concurrency;
 mod conformance;

@@ -492,6 +492,57 @@ async fn real_responses_match_the_description() {
     refused(&e, StatusCode::BAD_GATEWAY, "refund-abandoned");
     app.set_faults(json!({})).await;
 
+    // Captures and cancels: an authorization (201 requires_capture) captured in part (200) and
+    // replayed; more than authorized (400); settled twice (409); cancelled (200); the gateway down
+    // (503), then the capture given up once the gateway shows the hold untouched (502).
+    let settle = |action: &str, payment: &str, key: Option<&str>, body: &Value| {
+        let path = format!("/v1/payments/{payment}/{action}");
+        let request = api(&app, reqwest::Method::POST, &path, &api_key).json(body);
+        match key {
+            Some(key) => request.header("Idempotency-Key", key.to_owned()),
+            None => request,
+        }
+    };
+    let (capture, cancel) = ("/v1/payments/{id}/capture", "/v1/payments/{id}/cancel");
+    let mut manual = payment(1_000);
+    manual["capture"] = "manual".into();
+    let authorize = async || {
+        let held = spec.check("post", "/v1/payments", post(&app, &api_key, Some(&new_key())).json(&manual)).await;
+        assert_eq!((held.status, held.json()["status"].as_str()), (StatusCode::CREATED, Some("requires_capture")));
+        held.json()["id"].as_str().unwrap().to_owned()
+    };
+    let held = authorize().await;
+    let e =
+        spec.check("post", capture, settle("capture", &held, Some(&new_key()), &json!({"amount_to_capture": 1_001})));
+    refused(&e.await, StatusCode::BAD_REQUEST, "invalid-request");
+    let e = spec.check("post", capture, settle("capture", &held, None, &json!({}))).await;
+    refused(&e, StatusCode::BAD_REQUEST, "idempotency-key-missing");
+    let capture_key = new_key();
+    let part = json!({"amount_to_capture": 600});
+    let captured = spec.check("post", capture, settle("capture", &held, Some(&capture_key), &part)).await;
+    assert_eq!((captured.status, captured.json()["amount_captured"].as_i64()), (StatusCode::OK, Some(600)));
+    let replay = spec.check("post", capture, settle("capture", &held, Some(&capture_key), &part)).await;
+    assert_eq!((replay.status, replay.headers.contains_key("idempotent-replayed")), (StatusCode::OK, true));
+    let e = spec.check("post", cancel, settle("cancel", &held, Some(&new_key()), &json!({}))).await;
+    refused(&e, StatusCode::CONFLICT, "payment-not-capturable");
+    let other = authorize().await;
+    let canceled = spec.check("post", cancel, settle("cancel", &other, Some(&new_key()), &json!({}))).await;
+    assert_eq!((canceled.status, canceled.json()["status"].as_str()), (StatusCode::OK, Some("canceled")));
+    let third = authorize().await;
+    app.set_faults(json!({"fail_rate": 1.0, "operations": ["capture_payment_intent"]})).await;
+    let key = new_key();
+    let e = spec.check("post", capture, settle("capture", &third, Some(&key), &json!({}))).await;
+    refused(&e, StatusCode::SERVICE_UNAVAILABLE, "gateway-unavailable");
+    let started = std::time::Instant::now();
+    while app.database.key_state(&key).await.unwrap().0 == "processing" {
+        assert!(started.elapsed() < Duration::from_secs(15), "the capture key was never given up");
+        sweeper.sweep().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let e = spec.check("post", capture, settle("capture", &third, Some(&key), &json!({}))).await;
+    refused(&e, StatusCode::BAD_GATEWAY, "settlement-abandoned");
+    app.set_faults(json!({})).await;
+
     // The database too slow (503): a lock held past the lock timeout.
     let mut lock = app.db.begin().await.unwrap();
     sqlx::query("lock table idempotency_keys in access exclusive mode").execute(&mut *lock).await.unwrap();

@@ -47,6 +47,15 @@ async fn every_operation_keeps_to_what_the_registry_declares() {
     let refund = json!({"payment": paid["id"], "amount": 1_000});
     let (status, ..) = parts(app.post_refund(&api_key, Some(&new_key()), &refund).send().await.unwrap()).await;
     assert_eq!(status, StatusCode::CREATED);
+    for action in ["capture", "cancel"] {
+        let mut manual = payment(2_000);
+        manual["capture"] = "manual".into();
+        let (_, _, held) = parts(app.post_payment(&api_key, Some(&new_key()), &manual).send().await.unwrap()).await;
+        let path = format!("/v1/payments/{}/{action}", held["id"].as_str().unwrap());
+        let request = app.client.post(app.url(&path)).bearer_auth(&api_key).header("Idempotency-Key", new_key());
+        let (status, _, body) = parts(request.json(&json!({})).send().await.unwrap()).await;
+        assert_eq!(status, StatusCode::OK, "{action}: {body}");
+    }
 
     let routes: BTreeSet<String> = sqlx::query_scalar("select distinct route from idempotency_keys")
         .fetch_all(&app.db)

@@ -1,6 +1,7 @@
 //! The conformance flows of authorizations: authorize now, capture later (or cancel, or let
-//! expire), through async-stripe's own client, since payonce's gateway makes these calls with
-//! the same request types.
+//! expire): payonce's own calls (`"capture": "manual"`, then its capture and cancel), and
+//! Stripe's refusals through async-stripe's own client, with the request types payonce's gateway
+//! uses.
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -13,7 +14,7 @@ use stripe_core::{PaymentIntent, PaymentIntentCaptureMethod, PaymentIntentId, Pa
 use stripe_types::Currency;
 
 use super::Run;
-use crate::helpers::{SIM_SECRET_KEY, new_key};
+use crate::helpers::{SIM_SECRET_KEY, new_key, parts};
 
 impl Run<'_> {
     /// Authorize now, capture later, through async-stripe's own client (the request types
@@ -23,6 +24,20 @@ impl Run<'_> {
     /// cancels of an authorization and of an unconfirmed PaymentIntent, and their refusals; an
     /// authorization that expires; a refund of an authorization.
     pub(super) async fn captures(&self, gateway_url: &str) {
+        // payonce's own: an authorization captured in part, another cancelled.
+        for (action, body) in [("capture", json!({"amount_to_capture": 1500})), ("cancel", json!({}))] {
+            let manual =
+                json!({"amount": 2000, "currency": "usd", "payment_method": "pm_card_visa", "capture": "manual"});
+            let request = self.app.post_payment(&self.api_key, Some(&new_key()), &manual);
+            let (status, _, held) = parts(request.send().await.unwrap()).await;
+            assert_eq!((status, held["status"].as_str()), (StatusCode::CREATED, Some("requires_capture")), "{held}");
+            let path = format!("/v1/payments/{}/{action}", held["id"].as_str().unwrap());
+            let request = self.app.client.post(self.app.url(&path)).bearer_auth(&self.api_key);
+            let (status, _, settled) =
+                parts(request.header("Idempotency-Key", new_key()).json(&body).send().await.unwrap()).await;
+            assert_eq!(status, StatusCode::OK, "{action}: {settled}");
+        }
+
         let client = stripe::ClientBuilder::new(SIM_SECRET_KEY).url(gateway_url).build().expect("a client");
         let client = &client;
         let keyed = || RequestStrategy::Idempotent(IdempotencyKey::new(new_key()).expect("a key"));
