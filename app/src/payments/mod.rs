@@ -19,3 +19,10 @@ pub use request::{CreatePayment, NewPayment};
 
 /// The route whose keys this module drives, as recorded on each key.
 pub const ROUTE: &str = "/v1/payments";
+
+/// The final answer about a payment that is another customer's, or nobody's: indistinguishable
+/// on purpose. What an operation on a payment (a refund, a capture) answers when it names none.
+pub fn no_such_payment() -> crate::idempotency::StoredResponse {
+    use crate::problem::NOT_FOUND;
+    NOT_FOUND.stored(NOT_FOUND.problem("There is no such payment for your API key."))
+}

@@ -84,7 +84,11 @@ pub async fn find_by_key(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Pay
 }
 
 /// One of a customer's payments. Another customer's payment is simply not found.
-pub async fn find(pool: &PgPool, customer_id: Uuid, id: PaymentId) -> sqlx::Result<Option<Payment>> {
+pub async fn find<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+    customer_id: Uuid,
+    id: PaymentId,
+) -> sqlx::Result<Option<Payment>> {
     sqlx::query_as!(
         Row,
         r#"
@@ -97,7 +101,7 @@ pub async fn find(pool: &PgPool, customer_id: Uuid, id: PaymentId) -> sqlx::Resu
         id.0,
         customer_id,
     )
-    .fetch_optional(pool)
+    .fetch_optional(db)
     .await?
     .map(Payment::try_from)
     .transpose()

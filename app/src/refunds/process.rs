@@ -132,7 +132,7 @@ async fn reserve(
     request: &NewRefund,
 ) -> sqlx::Result<Result<Option<Created>, StoredResponse>> {
     let Some(payment) = request.payment_id() else {
-        return Ok(Err(not_found()));
+        return Ok(Err(crate::payments::no_such_payment()));
     };
     // The row lock orders refunds of one payment; it is held until this transaction commits,
     // a few statements later, and never across a gateway call.
@@ -154,7 +154,7 @@ async fn reserve(
     .fetch_optional(&mut *conn)
     .await?
     else {
-        return Ok(Err(not_found()));
+        return Ok(Err(crate::payments::no_such_payment()));
     };
     if row.taken {
         return Ok(Ok(None));
@@ -428,13 +428,6 @@ async fn reconcile(
     };
     lease.reconciled(json!({"method": method, "answer": outcome.label(), "refund": outcome.refund()})).await?;
     conclude(&lease, refund, outcome).await
-}
-
-/// Another customer's payment, or none: indistinguishable on purpose.
-fn not_found() -> StoredResponse {
-    let problem =
-        Problem::new(StatusCode::NOT_FOUND, "not-found", "Not found", "There is no such payment for your API key.");
-    StoredResponse::new(StatusCode::NOT_FOUND, problem::CONTENT_TYPE, None, problem.to_json())
 }
 
 fn not_refundable(payment: PaymentId, status: &str) -> StoredResponse {
