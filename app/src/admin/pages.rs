@@ -446,6 +446,8 @@ struct TombstoneView {
 struct PaymentView {
     id: String,
     amount: String,
+    /// An authorization's captured amount (`"capture": "manual"`); empty for automatic capture.
+    captured: String,
     payment_method: String,
     status: String,
     payment_intent: String,
@@ -509,6 +511,17 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
         (None, None) if refund.is_some() => refunds::ROUTE.to_owned(),
         (None, None) => crate::payments::ROUTE.to_owned(),
     };
+    // A capture's or a cancel's key is about the payment its request names, which its first
+    // write's event names too (and outlives the key).
+    let customer = key.as_ref().map(|k| k.customer_id).or(tombstone.as_ref().map(|t| t.customer_id));
+    let settled = match Op::of_route(&route) {
+        Some(Op::Capture | Op::Cancel) => key
+            .as_ref()
+            .and_then(|k| k.request["payment"].as_str().map(str::to_owned))
+            .or_else(|| events.iter().find_map(|e| e.detail["payment"].as_str().map(str::to_owned)))
+            .and_then(|id| crate::payments::PaymentId::parse(&id)),
+        _ => None,
+    };
     let tombstone = tombstone.map(|t| {
         let (badge, outcome) = badge(t.state.as_deref().unwrap_or("expired"), t.response_status, false);
         TombstoneView {
@@ -547,10 +560,20 @@ async fn key(State(state): State<AppState>, operator: Operator, Path(id): Path<S
         Some(_) => "yet",
         None => "remains: the key ended before a refund row was written",
     };
-    let payment = if route == refunds::ROUTE { None } else { store::find_by_key(pool, id).await? };
+    let payment = match (settled, customer) {
+        (Some(payment), Some(customer)) => store::find(pool, customer, payment).await?,
+        _ if route == refunds::ROUTE => None,
+        _ => store::find_by_key(pool, id).await?,
+    };
     let payment = payment.map(|p| PaymentView {
         id: p.id.to_string(),
         amount: money(p.amount, &p.currency),
+        captured: match p.manual_capture {
+            true => {
+                format!("{} (of {} authorized)", money(p.amount_captured, &p.currency), money(p.amount, &p.currency))
+            }
+            false => String::new(),
+        },
         payment_method: p.payment_method,
         status: p.status.as_str().to_owned(),
         payment_intent: p.payment_intent.unwrap_or_default(),

@@ -63,6 +63,12 @@ struct PaymentPage {
     /// The key that made it, linked; empty for a payment without one (the lab's).
     key_id: String,
     client_key: String,
+    /// For an authorization (`"capture": "manual"`): what was captured of it, what it still
+    /// holds, or that it was cancelled; empty for an automatic payment.
+    captured: String,
+    /// Its capture or cancel (`capture`, `cancel`), and that key, if one was asked.
+    settlement: String,
+    settled_by: String,
     /// Refunded and confirmed, refunds still pending, and what is left to refund.
     refunded: String,
     pending: String,
@@ -124,7 +130,8 @@ async fn show(
     let p = queries::payment(pool, id.0).await?.ok_or(WebError::NotFound)?;
     let refunds = queries::refunds_of(pool, id.0).await?;
     let pending: i64 = refunds.iter().filter(|r| r.status == "pending").map(|r| r.amount).sum();
-    let remaining = p.amount - p.amount_refunded;
+    // Refunds give back money that moved: all of an automatic payment, what a capture took.
+    let remaining = p.amount_captured - p.amount_refunded;
     let (form, no_form) = match (p.status.as_str(), remaining, Currency::of(&p.currency)) {
         ("succeeded", remaining, Some(currency)) if remaining > 0 => (
             Some(RefundForm {
@@ -142,6 +149,10 @@ async fn show(
         ("succeeded", _, _) => {
             (None, "Nothing remains to refund: its refunds (pending ones included) take all of it.".into())
         }
+        ("requires_capture", _, _) => (
+            None,
+            "An authorization: nothing was captured, so nothing can be refunded. Capture or cancel it first.".into(),
+        ),
         (status, _, _) => (None, format!("Only a succeeded payment can be refunded; this one is {status}.")),
     };
     let refunds = refunds
@@ -183,6 +194,23 @@ async fn show(
         created: rfc3339(p.created_at),
         key_id: p.key_id.map(|k| k.to_string()).unwrap_or_default(),
         client_key: p.client_key.clone().unwrap_or_default(),
+        captured: match (p.capture_method.as_str(), p.status.as_str()) {
+            ("automatic", _) => String::new(),
+            (_, "requires_capture") => format!(
+                "Authorized, not captured: {} held{}",
+                money(p.amount_capturable, &p.currency),
+                if p.settlement.is_some() { " (its settlement is in progress)" } else { "" }
+            ),
+            (_, "succeeded") => format!(
+                "{} of {} authorized (the rest was released)",
+                money(p.amount_captured, &p.currency),
+                money(p.amount, &p.currency)
+            ),
+            (_, "canceled") => "Nothing: the authorization was cancelled (or expired) and its hold released".into(),
+            (_, status) => format!("Nothing ({status})"),
+        },
+        settlement: p.settlement.clone().unwrap_or_default(),
+        settled_by: p.settled_by.map(|k| k.to_string()).unwrap_or_default(),
         refunded: money(p.amount_refunded - pending, &p.currency),
         pending: if pending > 0 { money(pending, &p.currency) } else { String::new() },
         remaining: money(remaining, &p.currency),

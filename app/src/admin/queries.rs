@@ -548,6 +548,15 @@ pub struct PaymentDetail {
     pub payment_intent: Option<String>,
     pub failure_message: Option<String>,
     pub created_at: OffsetDateTime,
+    /// `automatic` or `manual` (authorize now, capture later).
+    pub capture_method: String,
+    /// The money that moved: what refunds may give back.
+    pub amount_captured: i64,
+    /// What an authorization may still capture.
+    pub amount_capturable: i64,
+    /// The one capture or cancel of an authorization (`capture`, `cancel`), and its key.
+    pub settlement: Option<String>,
+    pub settled_by: Option<Uuid>,
 }
 
 pub async fn payment(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<PaymentDetail>> {
@@ -556,7 +565,8 @@ pub async fn payment(pool: &PgPool, id: Uuid) -> sqlx::Result<Option<PaymentDeta
         r#"
         select p.id, p.customer_id, c.name as customer_name, p.key_id, k.key as "client_key?", p.amount,
                p.amount_refunded, p.currency, p.payment_method, p.description, p.status,
-               p.gateway_payment_intent_id as payment_intent, p.failure_message, p.created_at
+               p.gateway_payment_intent_id as payment_intent, p.failure_message, p.created_at,
+               p.capture_method, p.amount_captured, p.amount_capturable, p.settlement, p.settled_by
         from payments p
         join customers c on c.id = p.customer_id
         left join idempotency_keys k on k.id = p.key_id

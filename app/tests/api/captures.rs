@@ -335,3 +335,36 @@ async fn killed_during_the_capture_call() {
     assert_eq!(headers["idempotent-replayed"], "true");
     assert_eq!(ledger.charges().await.len(), 1);
 }
+
+/// The dashboard tells an authorization's truth: the payment page says what was captured of it
+/// and offers to refund only that; a capture key's page shows the payment it settled.
+#[tokio::test]
+async fn the_dashboard_shows_what_was_captured() {
+    let app = TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    let pay = authorized(&app, &api_key, 10_000).await["id"].as_str().unwrap().to_owned();
+    crate::browser::create_admin(&app).await;
+    let client = crate::helpers::browser_client();
+    crate::admin::sign_in(&app, &client).await;
+    let page = |path: String| {
+        let client = client.clone();
+        let url = app.url(&path);
+        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let held = page(format!("/admin/payments/{pay}")).await;
+    assert!(held.contains("Authorized, not captured: 100.00 USD held"), "{held}");
+    assert!(held.contains("nothing was captured, so nothing can be refunded"), "{held}");
+
+    let key = new_key();
+    let captured = settle(&app, &api_key, &key, &pay, "capture", &json!({"amount_to_capture": 6_000})).send().await;
+    assert_eq!(captured.unwrap().status(), StatusCode::OK);
+    let shown = page(format!("/admin/payments/{pay}")).await;
+    assert!(shown.contains("60.00 USD of 100.00 USD authorized"), "{shown}");
+    let remaining = shown.split("id=\"amount-remaining\">").nth(1).unwrap();
+    assert!(remaining.starts_with("60.00 USD<"), "refundable is what was captured: {remaining:.40}");
+    let key_id: uuid::Uuid = sqlx::query_scalar("select settled_by from payments").fetch_one(&app.db).await.unwrap();
+    let key_page = page(format!("/admin/keys/{key_id}")).await;
+    assert!(key_page.contains("The payment it settles") && key_page.contains(&pay), "{key_page}");
+    assert!(key_page.contains("60.00 USD (of 100.00 USD authorized)"), "{key_page}");
+    assert!(key_page.contains("capture_requested"), "its timeline: {key_page}");
+}
