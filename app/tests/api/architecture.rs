@@ -208,3 +208,43 @@ fn circles(graph: &Graph) -> Vec<BTreeSet<String>> {
     }
     walk.found
 }
+
+/// docs/architecture.md's recipe is the code: each of its Rust blocks names a file on its first
+/// line (`// app/src/…`) and is that file's lines, in order and contiguous, but where a `// …`
+/// line leaves some out (leading whitespace aside).
+#[test]
+fn the_recipe_is_quoted_from_the_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let blocks: Vec<&str> =
+        doc.split("```rust\n").skip(1).map(|rest| &rest[..rest.find("```").expect("a closed block")]).collect();
+    assert!(blocks.len() >= 6, "the recipe's blocks: {}", blocks.len());
+    for block in blocks {
+        let mut lines = block.lines();
+        let file = lines.next().and_then(|first| first.strip_prefix("// ")).expect("a block names its file");
+        let code = std::fs::read_to_string(root.join(file)).unwrap_or_else(|_| panic!("{file} exists"));
+        let code: Vec<&str> = code.lines().map(str::trim).collect();
+        let quoted: Vec<&str> = lines.map(str::trim).collect();
+        assert!(quoted_in(&quoted, &code), "docs/architecture.md quotes {file} wrongly:\n{block}");
+    }
+    // The check fails on a line that is not there, or out of order.
+    let code = ["a", "b", "c", "d"];
+    assert!(quoted_in(&["a", "b", "// …", "d"], &code) && quoted_in(&["b", "c"], &code));
+    assert!(!quoted_in(&["a", "c"], &code) && !quoted_in(&["c", "// …", "a"], &code));
+}
+
+/// Whether `quoted` is a run of `code`'s lines, with `// …` standing for any lines.
+fn quoted_in(quoted: &[&str], code: &[&str]) -> bool {
+    let parts: Vec<&[&str]> = quoted.split(|line| *line == "// …").collect();
+    (0..code.len()).any(|start| {
+        let mut at = start;
+        parts.iter().enumerate().all(|(i, part)| {
+            let found = if i == 0 {
+                code[at..].starts_with(part).then_some(at)
+            } else {
+                (at..=code.len()).find(|from| code[*from..].starts_with(part))
+            };
+            found.map(|from| at = from + part.len()).is_some()
+        })
+    })
+}
