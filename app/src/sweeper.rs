@@ -13,15 +13,16 @@
 //!    `PAYONCE_BACKOFF_CAP_SECS` and *reconciled*: the gateway is asked what became of it
 //!    ([`crate::payments::reconcile`]). It is given up only when the gateway confirms there is no
 //!    charge; never left `processing` by guessing.
-//! 2. **Pending payments.** Looks up payments whose key answered 202 (`requires_action`,
-//!    `processing`) when their look-up is due, and moves them forward with what Stripe says:
-//!    the safety net under webhooks.
-//! 3. **Pending refunds.** The same for refunds the gateway answered `pending`: each is
-//!    retrieved by the gateway's refund id when its look-up is due, and settles (a failed one
-//!    giving its reservation back) or is asked again later ([`crate::refunds::reconcile`]).
-//! 4. **Reaper.** Deletes final keys past their expiry, in small batches. Payments stay.
-//! 5. **Purge.** Deletes key events and webhook inbox entries past their retention.
+//! 2. **Pending look-ups.** Asks every operation, through one seam
+//!    ([`crate::idempotency::Idempotent::look_up_due`]), to look up what it left pending at the
+//!    gateway and is due: payments whose key answered 202 (`requires_action`, `processing`),
+//!    moved forward with what Stripe says; refunds the gateway answered `pending`, which settle
+//!    (a failed one giving its reservation back) or are asked again later. The safety net under
+//!    webhooks.
+//! 3. **Reaper.** Deletes final keys past their expiry, in small batches. Payments stay.
+//! 4. **Purge.** Deletes key events and webhook inbox entries past their retention.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -29,9 +30,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::gateway::Gateway;
-use crate::idempotency::{Engine, Operations, ProcessError};
-use crate::payments::reconcile::{self, Looked};
-use crate::refunds::reconcile as refund_reconcile;
+use crate::idempotency::{Engine, LookedUp, Operations, ProcessError};
 
 /// How the sweeper paces itself. The budget and the backoff it applies are the engine's
 /// ([`crate::idempotency::Budget`]): the same for clients and sweepers.
@@ -65,14 +64,9 @@ pub struct SweepReport {
     pub retried: usize,
     /// Keys given up because the gateway confirmed there is no charge.
     pub failed: usize,
-    /// Pending payments looked up.
-    pub looked_up: usize,
-    /// Pending payments that moved forward when looked up.
-    pub moved: usize,
-    /// Pending refunds looked up.
-    pub refunds_looked_up: usize,
-    /// Pending refunds that settled (succeeded or failed) when looked up.
-    pub refunds_settled: usize,
+    /// What each operation (by route) had pending and looked up, and how much of it moved
+    /// forward (a payment settled, a refund succeeded or failed).
+    pub looked_up: BTreeMap<&'static str, LookedUp>,
     /// Keys a client retry took over while the sweeper held them (the client finishes them).
     pub lost: usize,
     /// Keys that hit a database or data error.
@@ -87,12 +81,17 @@ impl SweepReport {
     fn did_anything(&self) -> bool {
         *self != Self::default()
     }
+
+    /// How many of what the operation on `route` left pending were looked up, and how many of
+    /// those moved forward.
+    pub fn looked_up_on(&self, route: &str) -> (usize, usize) {
+        self.looked_up.get(route).map_or((0, 0), |looked| (looked.looked_up, looked.moved))
+    }
 }
 
 /// The sweeper of one process.
 pub struct Sweeper {
     engine: Engine,
-    gateway: Gateway,
     /// Every idempotent operation, by route: an abandoned key is driven by the operation it was
     /// claimed for, which the completer never needs to know.
     operations: Operations,
@@ -104,7 +103,7 @@ pub struct Sweeper {
 impl Sweeper {
     pub fn new(engine: Engine, gateway: Gateway, settings: SweeperSettings, owner: String) -> Self {
         let operations = crate::operations::registry(&gateway);
-        Self { engine, gateway, operations, settings, owner }
+        Self { engine, operations, settings, owner }
     }
 
     /// Sweeps every `interval` until `shutdown` resolves. A pass in progress is finished first.
@@ -145,16 +144,23 @@ impl Sweeper {
                 break;
             }
         }
-        for _ in 0..MAX_BATCHES {
-            let taken = self.look_up_pending(&mut report).await;
-            if taken < BATCH as usize {
-                break;
-            }
-        }
-        for _ in 0..MAX_BATCHES {
-            let taken = self.look_up_pending_refunds(&mut report).await;
-            if taken < BATCH as usize {
-                break;
+        for (route, operation) in self.operations.all() {
+            for _ in 0..MAX_BATCHES {
+                match operation.look_up_due(&self.engine, BATCH).await {
+                    Ok(looked) => {
+                        report.errors += looked.errors;
+                        let total = report.looked_up.entry(route).or_default();
+                        (total.looked_up, total.moved) =
+                            (total.looked_up + looked.looked_up, total.moved + looked.moved);
+                        if looked.taken < BATCH as usize {
+                            break;
+                        }
+                    }
+                    Err(err) => {
+                        failed(&mut report, &format!("looking for what {route} left pending"), &err);
+                        break;
+                    }
+                }
             }
         }
         for _ in 0..MAX_BATCHES {
@@ -226,84 +232,6 @@ impl Sweeper {
                 }
                 Err(err) => {
                     tracing::error!(error = %err, "a completion task panicked");
-                    report.errors += 1;
-                }
-            }
-        }
-        taken
-    }
-
-    /// Looks up one batch of pending payments whose look-up is due, concurrently. Returns how
-    /// many it took.
-    async fn look_up_pending(&self, report: &mut SweepReport) -> usize {
-        let due = match reconcile::due_pending(&self.engine, BATCH).await {
-            Ok(due) => due,
-            Err(err) => {
-                failed(report, "looking for pending payments", &err);
-                return 0;
-            }
-        };
-        let taken = due.len();
-        let mut work = JoinSet::new();
-        for payment in due {
-            let (engine, gateway) = (self.engine.clone(), self.gateway.clone());
-            let span = tracing::info_span!("look_up", payment = %payment.id, status = payment.status);
-            work.spawn(async move { reconcile::pending(&engine, &gateway, &payment).await }.instrument(span));
-        }
-        while let Some(joined) = work.join_next().await {
-            match joined {
-                Ok(Ok(looked)) => {
-                    report.looked_up += 1;
-                    if let Looked::Moved(status) = looked {
-                        tracing::info!(status = status.as_str(), "a pending payment moved forward");
-                        report.moved += 1;
-                    }
-                }
-                Ok(Err(err)) => {
-                    tracing::warn!(error = %err, "looking a pending payment up failed");
-                    report.errors += 1;
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "a look-up task panicked");
-                    report.errors += 1;
-                }
-            }
-        }
-        taken
-    }
-
-    /// Looks up one batch of pending refunds whose look-up is due, concurrently. Returns how many
-    /// it took.
-    async fn look_up_pending_refunds(&self, report: &mut SweepReport) -> usize {
-        let due = match refund_reconcile::due_pending(&self.engine, BATCH).await {
-            Ok(due) => due,
-            Err(err) => {
-                failed(report, "looking for pending refunds", &err);
-                return 0;
-            }
-        };
-        let taken = due.len();
-        let mut work = JoinSet::new();
-        for refund in due {
-            let (engine, gateway) = (self.engine.clone(), self.gateway.clone());
-            let span = tracing::info_span!("look_up_refund", refund = %refund.id, status = refund.status);
-            work.spawn(async move { refund_reconcile::pending(&engine, &gateway, &refund).await }.instrument(span));
-        }
-        while let Some(joined) = work.join_next().await {
-            match joined {
-                Ok(Ok(looked)) => {
-                    report.refunds_looked_up += 1;
-                    if let refund_reconcile::Looked::Moved(status) = looked {
-                        tracing::info!(status = status.as_str(), "a pending refund settled");
-                        report.refunds_settled += 1;
-                    }
-                }
-                Ok(Err(err)) => {
-                    tracing::warn!(error = %err, "looking a pending refund up failed");
-                    report.errors += 1;
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, "a refund look-up task panicked");
                     report.errors += 1;
                 }
             }

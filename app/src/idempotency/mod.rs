@@ -47,7 +47,7 @@ pub use events::{Event, EventKind, EventLog};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use lease::{FenceError, Lease, LeaseLost, RecoveryPoint};
-pub use operation::{Answer, Begun, BoxFuture, Idempotent, Operations, ProcessError, SubmitError};
+pub use operation::{Answer, Begun, BoxFuture, Idempotent, LookedUp, Operations, ProcessError, SubmitError};
 pub use response::StoredResponse;
 
 /// Timing policy of the engine.

@@ -62,6 +62,62 @@ pub trait Idempotent: Send + Sync {
     /// Drives a held key from `lease.recovery_point` (its first phase or later: the engine
     /// begins a key still at `started` itself) to its stored final response.
     fn resume(&self, lease: Lease) -> BoxFuture<'_, Result<StoredResponse, ProcessError>>;
+
+    /// The scheduled look-up, the sweeper's net under webhooks: takes up to `limit` of what this
+    /// operation left pending at the gateway and is due to be asked about again (a bank debit
+    /// `processing`, a refund `pending`), and moves each forward with what the gateway says,
+    /// never by a guess ([`LookedUp::each`] runs them). An operation whose answers are all final
+    /// keeps this default, which looks nothing up.
+    fn look_up_due<'a>(&'a self, engine: &'a Engine, limit: i64) -> BoxFuture<'a, sqlx::Result<LookedUp>> {
+        let _ = (engine, limit);
+        Box::pin(async { Ok(LookedUp::default()) })
+    }
+}
+
+/// What one scheduled look-up ([`Idempotent::look_up_due`]) did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LookedUp {
+    /// Taken (due, and rescheduled in the same statement).
+    pub taken: usize,
+    /// Asked about, with an answer or without.
+    pub looked_up: usize,
+    /// Moved forward by what the gateway said.
+    pub moved: usize,
+    /// Failed on the database (or panicked).
+    pub errors: usize,
+}
+
+impl LookedUp {
+    /// Looks every one of `due` up at once with `look` (`true`: it moved forward), each in a task
+    /// of its own, and counts what happened.
+    pub async fn each<T, F, Fut>(due: Vec<T>, look: F) -> Self
+    where
+        F: Fn(T) -> Fut,
+        Fut: Future<Output = sqlx::Result<bool>> + Send + 'static,
+    {
+        let mut report = Self { taken: due.len(), ..Self::default() };
+        let mut work = tokio::task::JoinSet::new();
+        for one in due {
+            work.spawn(look(one));
+        }
+        while let Some(joined) = work.join_next().await {
+            match joined {
+                Ok(Ok(moved)) => {
+                    report.looked_up += 1;
+                    report.moved += usize::from(moved);
+                }
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "a look-up failed");
+                    report.errors += 1;
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, "a look-up task panicked");
+                    report.errors += 1;
+                }
+            }
+        }
+        report
+    }
 }
 
 /// What [`Idempotent::begin`] made of the request.
@@ -284,6 +340,11 @@ impl Operations {
     /// The operation of a route.
     pub fn get(&self, route: &str) -> Option<&Arc<dyn Idempotent>> {
         self.by_route.get(route)
+    }
+
+    /// Every operation, by route.
+    pub fn all(&self) -> impl Iterator<Item = (&'static str, &Arc<dyn Idempotent>)> {
+        self.by_route.iter().map(|(route, operation)| (*route, operation))
     }
 
     /// Drives a held key with the operation it was claimed for ([`Engine::drive`]).

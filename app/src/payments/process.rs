@@ -38,8 +38,11 @@ use super::{reconcile, store};
 use crate::customers::CustomerId;
 use crate::failpoint;
 use crate::gateway::{self, Charge, Decline, DeclinedBy, Gateway, Outcome, Refusal};
-use crate::idempotency::{Begun, BoxFuture, EventKind, Idempotent, Lease, RecoveryPoint, StoredResponse};
+use crate::idempotency::{
+    Begun, BoxFuture, Engine, EventKind, Idempotent, Lease, LookedUp, RecoveryPoint, StoredResponse,
+};
 use crate::problem::{self, Problem};
+use tracing::Instrument;
 
 /// Why a key was not driven to completion this time (the engine's, shared by every operation).
 pub use crate::idempotency::ProcessError;
@@ -84,6 +87,26 @@ impl Idempotent for Payments {
 
     fn resume(&self, lease: Lease) -> BoxFuture<'_, Result<StoredResponse, ProcessError>> {
         Box::pin(run(&self.gateway, lease))
+    }
+
+    /// Pending payments (`requires_action`, `processing`) whose look-up is due.
+    fn look_up_due<'a>(&'a self, engine: &'a Engine, limit: i64) -> BoxFuture<'a, sqlx::Result<LookedUp>> {
+        Box::pin(async move {
+            let due = super::reconcile::due_pending(engine, limit).await?;
+            Ok(LookedUp::each(due, |payment| {
+                let (engine, gateway) = (engine.clone(), self.gateway.clone());
+                let span = tracing::info_span!("look_up", payment = %payment.id, status = payment.status);
+                async move {
+                    let looked = super::reconcile::pending(&engine, &gateway, &payment).await?;
+                    if let super::reconcile::Looked::Moved(status) = looked {
+                        tracing::info!(status = status.as_str(), "a pending payment moved forward");
+                    }
+                    Ok(matches!(looked, super::reconcile::Looked::Moved(_)))
+                }
+                .instrument(span)
+            })
+            .await)
+        })
     }
 }
 

@@ -38,11 +38,14 @@ use super::store;
 use crate::customers::CustomerId;
 use crate::failpoint;
 use crate::gateway::{self, Gateway, RefundCall, RefundOutcome};
-use crate::idempotency::{Begun, BoxFuture, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
+use crate::idempotency::{
+    Begun, BoxFuture, Engine, Idempotent, Lease, LookedUp, ProcessError, RecoveryPoint, StoredResponse,
+};
 use crate::money::Currency;
 use crate::payments::PaymentId;
 use crate::payments::process::refusal_detail;
 use crate::problem::{self, FieldError, Problem};
+use tracing::Instrument;
 
 /// The recovery point at which the refund row exists and its amount is reserved on the payment:
 /// the gateway may or may not have been called.
@@ -92,6 +95,26 @@ impl Idempotent for Refunds {
 
     fn resume(&self, lease: Lease) -> BoxFuture<'_, Result<StoredResponse, ProcessError>> {
         Box::pin(run(&self.gateway, lease))
+    }
+
+    /// Refunds the gateway answered `pending` whose look-up is due.
+    fn look_up_due<'a>(&'a self, engine: &'a Engine, limit: i64) -> BoxFuture<'a, sqlx::Result<LookedUp>> {
+        Box::pin(async move {
+            let due = super::reconcile::due_pending(engine, limit).await?;
+            Ok(LookedUp::each(due, |refund| {
+                let (engine, gateway) = (engine.clone(), self.gateway.clone());
+                let span = tracing::info_span!("look_up_refund", refund = %refund.id, status = refund.status);
+                async move {
+                    let looked = super::reconcile::pending(&engine, &gateway, &refund).await?;
+                    if let super::reconcile::Looked::Moved(status) = looked {
+                        tracing::info!(status = status.as_str(), "a pending refund settled");
+                    }
+                    Ok(matches!(looked, super::reconcile::Looked::Moved(_)))
+                }
+                .instrument(span)
+            })
+            .await)
+        })
     }
 }
 

@@ -126,7 +126,7 @@ async fn a_pending_refund_settles_through_reconciliation_without_webhooks() {
     assert!(before.contains("(not asked yet)"), "{before}");
 
     let report = sweep(&sweeper).await;
-    assert_eq!((report.refunds_looked_up, report.refunds_settled), (1, 0), "{report:?}");
+    assert_eq!(report.looked_up_on(payonce::refunds::ROUTE), (1, 0), "{report:?}");
     assert_eq!(row(&app).await, ("pending".into(), true, 1, 1500), "still pending, asked again later");
     let after = lookup_line(&app, &operator, &pending.payment).await.expect("still a look-up line");
     assert!(after.contains("(asked once so far)"), "{after}");
@@ -136,7 +136,7 @@ async fn a_pending_refund_settles_through_reconciliation_without_webhooks() {
 
     settle(&app, &pending.gateway_refund, "succeed").await;
     let report = sweep(&sweeper).await;
-    assert_eq!((report.refunds_looked_up, report.refunds_settled), (1, 1), "{report:?}");
+    assert_eq!(report.looked_up_on(payonce::refunds::ROUTE), (1, 1), "{report:?}");
     assert_eq!(row(&app).await, ("succeeded".into(), false, 2, 1500), "settled and no longer looked up");
     assert_eq!(lookup_line(&app, &operator, &pending.payment).await, None, "nothing to look up once settled");
     let seen = reconciliations(&app, &pending.key).await;
@@ -159,7 +159,11 @@ async fn a_pending_refund_settles_through_reconciliation_without_webhooks() {
     assert_eq!(charge["amount_refunded"], 1500);
 
     let report = sweep(&sweeper).await;
-    assert_eq!(report.refunds_looked_up, 0, "a settled refund is not looked up again: {report:?}");
+    assert_eq!(
+        report.looked_up_on(payonce::refunds::ROUTE).0,
+        0,
+        "a settled refund is not looked up again: {report:?}"
+    );
     assert_eq!(reconciliations(&app, &pending.key).await.len(), 2);
 }
 
@@ -175,7 +179,7 @@ async fn a_pending_refund_the_gateway_fails_gives_its_amount_back_once() {
 
     settle(&app, &pending.gateway_refund, "fail").await;
     let report = sweep(&sweeper).await;
-    assert_eq!((report.refunds_looked_up, report.refunds_settled), (1, 1), "{report:?}");
+    assert_eq!(report.looked_up_on(payonce::refunds::ROUTE), (1, 1), "{report:?}");
     assert_eq!(row(&app).await, ("failed".into(), false, 1, 0), "failed, its reservation given back");
     let (status, _, shown) =
         parts(app.get(&api_key, &format!("/v1/refunds/{}", pending.refund)).send().await.unwrap()).await;
@@ -188,7 +192,7 @@ async fn a_pending_refund_the_gateway_fails_gives_its_amount_back_once() {
     // Looked up again (as if scheduled by mistake): no longer pending, so nothing given back twice.
     sqlx::query("update refunds set reconcile_at = now()").execute(&app.db).await.unwrap();
     let report = sweep(&sweeper).await;
-    assert_eq!((report.refunds_looked_up, report.refunds_settled), (1, 0), "{report:?}");
+    assert_eq!(report.looked_up_on(payonce::refunds::ROUTE), (1, 0), "{report:?}");
     assert_eq!(row(&app).await, ("failed".into(), false, 2, 0));
 
     // All of it is refundable again, at payonce and at the gateway.
@@ -218,7 +222,7 @@ async fn a_pending_refund_stays_pending_while_the_gateway_is_unavailable() {
     app.set_faults(json!({"fail_rate": 1.0, "operations": ["read"]})).await;
     for attempts in 1..=2 {
         let report = sweep(&sweeper).await;
-        assert_eq!((report.refunds_looked_up, report.refunds_settled), (1, 0), "{report:?}");
+        assert_eq!(report.looked_up_on(payonce::refunds::ROUTE), (1, 0), "{report:?}");
         assert_eq!(row(&app).await, ("pending".into(), true, attempts, 1500), "rescheduled, nothing guessed");
     }
     let seen = reconciliations(&app, &pending.key).await;
@@ -227,7 +231,7 @@ async fn a_pending_refund_stays_pending_while_the_gateway_is_unavailable() {
 
     app.set_faults(json!({})).await;
     let report = sweep(&sweeper).await;
-    assert_eq!(report.refunds_settled, 1, "{report:?}");
+    assert_eq!(report.looked_up_on(payonce::refunds::ROUTE).1, 1, "{report:?}");
     assert_eq!(row(&app).await, ("succeeded".into(), false, 3, 1500));
 }
 
@@ -249,6 +253,6 @@ async fn a_refund_its_webhook_settled_is_no_longer_looked_up() {
     }
     assert_eq!(row(&app).await, ("succeeded".into(), false, 0, 1500), "settled and unscheduled by the webhook");
     let report = sweep(&sweeper).await;
-    assert_eq!(report.refunds_looked_up, 0, "{report:?}");
+    assert_eq!(report.looked_up_on(payonce::refunds::ROUTE).0, 0, "{report:?}");
     assert!(reconciliations(&app, &pending.key).await.is_empty());
 }
