@@ -346,3 +346,27 @@ async fn settled(state: &AppState, op: Op, id: PaymentId, customer: uuid::Uuid) 
     };
     Ok(Flash::warning(text))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A button's key names its payment, action and attempt; a key the receipt did not make for
+    /// this very button is refused.
+    #[test]
+    fn button_keys() {
+        let payment = PaymentId::parse("pay_0190a6f4d0c27c4e8a4b6f1e2d3c4b5a").unwrap();
+        let other = PaymentId::parse("pay_0190a6f4d0c27c4e8a4b6f1e2d3c4b5b").unwrap();
+        let key = ButtonKey::of(Op::Capture, payment, 1);
+        assert_eq!(key.as_str(), "shop-capture-pay_0190a6f4d0c27c4e8a4b6f1e2d3c4b5a-1");
+        assert_eq!(ButtonKey::parse(key.as_str(), Op::Capture, payment), Some(key.clone()));
+        assert_eq!(ButtonKey::parse(key.as_str(), Op::Cancel, payment), None, "another action");
+        assert_eq!(ButtonKey::parse(key.as_str(), Op::Capture, other), None, "another payment");
+        let attempt = |n: &str| ButtonKey::parse(&format!("shop-capture-{payment}-{n}"), Op::Capture, payment);
+        assert_eq!(attempt("2"), Some(ButtonKey::of(Op::Capture, payment, 2)));
+        assert_eq!(attempt("0"), None);
+        assert_eq!(attempt("21"), None, "past the attempts the receipt offers");
+        assert_eq!(attempt("x"), None);
+        assert_eq!(attempt(""), None);
+    }
+}
