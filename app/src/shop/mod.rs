@@ -6,20 +6,28 @@
 //! as retries of one request, and the customer is charged once. Results follow
 //! post/redirect/get: a payment ends on its receipt's URL, which can be reloaded safely.
 //!
+//! "Authorize now, capture when it ships" (a box on the checkout) makes the payment
+//! `"capture": "manual"`: the card is only held, and the receipt offers Capture and Cancel
+//! authorization, each the API's own capture or cancel under a key of its own ([`receipt`]).
+//!
 //! ```text
 //! GET  /                          sign in (with a customer's API key), then the catalogue
 //! POST /shop/sign-in              POST /shop/sign-out
 //! GET  /shop/checkout/{product}   the checkout form, with a fresh key
-//! POST /shop/checkout             pay: 303 to the receipt, or to the "in progress" page, or the
-//!                                 form again (declined: a fresh key; gateway down: the same key)
+//! POST /shop/checkout             pay (or authorize only): 303 to the receipt, or to the "in
+//!                                 progress" page, or the form again (declined: a fresh key;
+//!                                 gateway down: the same key)
 //! GET  /shop/payments/{key}       what became of a payment attempt (refreshes while in flight)
-//! GET  /shop/receipts/{payment}   the receipt
+//! GET  /shop/receipts/{payment}   the receipt (of an authorization: its Capture and Cancel buttons)
+//! POST /shop/receipts/{payment}/capture, …/cancel
+//!                                 settle an authorization: 303 to its receipt, which says how
 //! ```
 //!
 //! Signing in by pasting an API key is a demo shortcut (customers have no passwords): the key is
 //! checked once, only the customer's id is kept in the session, and the key is never shown back.
 
 pub mod catalogue;
+mod receipt;
 
 use askama::Template;
 use axum::extract::{FromRequestParts, Path, State};
@@ -37,10 +45,11 @@ use crate::http::error::ApiError;
 use crate::http::idempotent::{execute, operation};
 use crate::idempotency::{IdempotencyKey, StoredResponse};
 use crate::operations::Op;
+use crate::payments::model::CaptureMethod;
 use crate::payments::{CreatePayment, PaymentId, PaymentStatus, store};
 use crate::state::AppState;
 use crate::web::page::{self, WebError};
-use crate::web::{csrf, money, rfc3339, session};
+use crate::web::{csrf, money, session};
 use catalogue::{CARDS, PRODUCTS, Product, TestCard};
 
 /// The shop's cookie: sent site-wide (the shop lives at `/`), kept on links from elsewhere.
@@ -60,7 +69,8 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .route("/shop/checkout/{product}", get(checkout))
         .route("/shop/checkout", post(pay))
         .route("/shop/payments/{key}", get(attempt))
-        .route("/shop/receipts/{payment}", get(receipt))
+        .route("/shop/receipts/{payment}", get(receipt::show))
+        .route("/shop/receipts/{payment}/{action}", post(receipt::settle))
         .layer(axum::middleware::from_fn_with_state(
             csrf::Policy { cookie: COOKIE, secure: state.web.config.secure_cookies },
             csrf::protect,
@@ -128,6 +138,8 @@ struct RecentPayment {
     description: String,
     amount: String,
     status: &'static str,
+    /// Whether it has a receipt (paid, authorized or canceled).
+    receipt: bool,
 }
 
 /// `GET /`.
@@ -147,6 +159,7 @@ async fn home(
                 description: p.description.clone().unwrap_or_default(),
                 amount: money(p.amount, &p.currency),
                 status: p.status.as_str(),
+                receipt: receipt::exists(p.status),
             })
             .collect(),
         None => Vec::new(),
@@ -209,6 +222,8 @@ struct CheckoutPage {
     /// The idempotency key of this form: new for a new payment, the same for a retry.
     key: String,
     cards: Vec<(&'static TestCard, bool)>,
+    /// "Authorize now, capture when it ships" is ticked: the payment is `"capture": "manual"`.
+    manual: bool,
     /// A retry of an attempt whose outcome is unknown: the card cannot be changed.
     retry_of: Option<&'static TestCard>,
     /// What happened to the last attempt (a decline, an outage).
@@ -223,14 +238,15 @@ struct Notice {
 }
 
 impl CheckoutPage {
-    /// A form for a new payment of `product`, with a fresh key.
-    fn fresh(signed_in: &SignedIn, product: &Product, card: &str, notice: Option<Notice>) -> Self {
+    /// A form for a new payment of `product`, with a fresh key; `manual` ticks "authorize only".
+    fn fresh(signed_in: &SignedIn, product: &Product, card: &str, manual: bool, notice: Option<Notice>) -> Self {
         Self {
             csrf: signed_in.csrf.clone(),
             shopper: signed_in.shopper.name.clone(),
             product: product.into(),
             key: Uuid::now_v7().to_string(),
             cards: CARDS.iter().map(|c| (c, c.payment_method == card)).collect(),
+            manual,
             retry_of: None,
             notice,
         }
@@ -241,7 +257,7 @@ impl CheckoutPage {
 async fn checkout(signed_in: SignedIn, Path(product): Path<String>) -> Result<Response, WebError> {
     let product = catalogue::product(&product).ok_or(WebError::NotFound)?;
     let mut response =
-        page::render(StatusCode::OK, &CheckoutPage::fresh(&signed_in, product, CARDS[0].payment_method, None))?;
+        page::render(StatusCode::OK, &CheckoutPage::fresh(&signed_in, product, CARDS[0].payment_method, false, None))?;
     // Not `no-store` (the default of these pages): the back button must show this very page,
     // with its key, so that paying from it again is a retry and not a new payment.
     response.headers_mut().insert(axum::http::header::CACHE_CONTROL, HeaderValue::from_static("private, no-cache"));
@@ -253,6 +269,9 @@ struct PayForm {
     product: String,
     card: String,
     key: String,
+    /// `manual` when "authorize now, capture when it ships" is ticked (a checkbox: absent otherwise).
+    #[serde(default)]
+    capture: Option<String>,
 }
 
 /// `POST /shop/checkout`: pay, through the API's own code path, under the form's key.
@@ -268,13 +287,20 @@ async fn pay(
         .ok()
         .and_then(|uuid| IdempotencyKey::new(uuid.to_string()).ok())
         .ok_or_else(|| WebError::BadRequest("the checkout form is damaged; reload it".into()))?;
+    // Part of the request, so of its fingerprint: the same form sent again with the box changed
+    // is another payment under a used key (422, a fresh form), never a silent switch.
+    let manual = match form.capture.as_deref() {
+        None => false,
+        Some("manual") => true,
+        Some(_) => return Err(WebError::BadRequest("the checkout form is damaged; reload it".into())),
+    };
     let body = CreatePayment {
         amount: product.amount,
         currency: product.currency.to_owned(),
         payment_method: card.payment_method.to_owned(),
         description: Some(product.name.to_owned()),
         metadata: Some([("product".to_owned(), product.id.to_owned())].into()),
-        capture: None,
+        capture: manual.then_some(CaptureMethod::Manual),
     };
     let request =
         body.validate().map_err(|errors| WebError::Internal(format!("catalogue payment invalid: {errors:?}")))?;
@@ -287,7 +313,8 @@ async fn pay(
         // The outcome is unknown: offer the same key again, which resumes, never repeats.
         Err(err @ (ApiError::Gateway { .. } | ApiError::GatewayRefused { .. } | ApiError::DatabaseUnavailable(_))) => {
             tracing::info!(error = %err, "checkout: no final answer yet");
-            let mut page = CheckoutPage::fresh(&signed_in, product, card.payment_method, None);
+            // The same key, card and choice: a retry must be the same payment.
+            let mut page = CheckoutPage::fresh(&signed_in, product, card.payment_method, manual, None);
             page.key = key.to_string();
             page.retry_of = Some(card);
             page.notice = Some(Notice {
@@ -310,7 +337,7 @@ async fn pay(
             };
             page::render(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                &CheckoutPage::fresh(&signed_in, product, card.payment_method, Some(notice)),
+                &CheckoutPage::fresh(&signed_in, product, card.payment_method, manual, Some(notice)),
             )
         }
         Err(err) => Err(WebError::Internal(err.to_string())),
@@ -344,7 +371,8 @@ async fn outcome(
     };
     if stored.status == StatusCode::ACCEPTED {
         match payment.as_ref().map(|p| p.status) {
-            Some(PaymentStatus::Succeeded) => {
+            // Final for the customer: paid, authorized (manual capture), or released.
+            Some(status) if receipt::exists(status) => {
                 let id = payment.as_ref().map(|p| p.id.to_string()).unwrap_or_default();
                 return Ok(Redirect::to(&format!("/shop/receipts/{id}")).into_response());
             }
@@ -389,7 +417,8 @@ async fn outcome(
             .find(|c| c.payment_method != p.payment_method)
             .map_or(CARDS[0].payment_method, |c| c.payment_method)
     });
-    page::render(stored.status, &CheckoutPage::fresh(signed_in, product, card, Some(notice)))
+    let manual = payment.as_ref().is_some_and(|p| p.manual_capture);
+    page::render(stored.status, &CheckoutPage::fresh(signed_in, product, card, manual, Some(notice)))
 }
 
 #[derive(Template)]
@@ -418,41 +447,4 @@ async fn attempt(
             &PendingPage { shopper: signed_in.shopper.name.clone(), csrf: signed_in.csrf.clone(), key },
         ),
     }
-}
-
-#[derive(Template)]
-#[template(path = "shop/receipt.html")]
-struct ReceiptPage {
-    shopper: String,
-    csrf: String,
-    id: String,
-    description: String,
-    amount: String,
-    card: String,
-    payment_intent: String,
-    created: String,
-}
-
-/// `GET /shop/receipts/{payment}`.
-async fn receipt(
-    State(state): State<AppState>,
-    signed_in: SignedIn,
-    Path(payment): Path<String>,
-) -> Result<Response, WebError> {
-    let id = PaymentId::parse(&payment).ok_or(WebError::NotFound)?;
-    let payment = store::find(state.engine.pool(), signed_in.shopper.id, id).await?.ok_or(WebError::NotFound)?;
-    if payment.status != PaymentStatus::Succeeded {
-        return Err(WebError::NotFound);
-    }
-    let page = ReceiptPage {
-        shopper: signed_in.shopper.name.clone(),
-        csrf: signed_in.csrf.clone(),
-        id: payment.id.to_string(),
-        description: payment.description.clone().unwrap_or_default(),
-        amount: money(payment.amount, &payment.currency),
-        card: catalogue::card(&payment.payment_method).map_or(payment.payment_method.clone(), |c| c.label.to_owned()),
-        payment_intent: payment.payment_intent.clone().unwrap_or_default(),
-        created: rfc3339(payment.created_at),
-    };
-    page::render(StatusCode::OK, &page)
 }
