@@ -68,7 +68,7 @@ pub struct Cli {
 
     /// refund-storm: payments made first, which every key refunds part of. capture-storm:
     /// payments authorized first, each then settled by a storm of its own.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub payments: u32,
 
     /// capture-storm: distinct keys settling each payment at once, alternately capturing and
