@@ -126,6 +126,7 @@ mod tests {
         Charge {
             payment_intent: intent.into(),
             idempotency_key: Some(format!("payonce-charge-{intent}")),
+            amount: 1000,
             metadata: BTreeMap::from([
                 ("payonce_customer".into(), customer.into()),
                 ("payonce_idempotency_key".into(), key.into()),

@@ -9,10 +9,12 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-/// Drives payonce with double submits, retry storms, mixed traffic or refund storms, then audits
-/// the Stripe simulator's ledger. Exits 0 when every key was charged at most once, every payment a client
-/// was told succeeded was charged, every answer was one the scenario allows, and (refund-storm)
-/// no payment was refunded beyond what it charged, with one gateway refund per key answered 201;
+/// Drives payonce with double submits, retry storms, mixed traffic, refund storms or capture
+/// storms, then audits the Stripe simulator's ledger. Exits 0 when every key was charged at most
+/// once, every payment a client was told succeeded was charged, every answer was one the scenario
+/// allows, (refund-storm) no payment was refunded beyond what it charged, with one gateway refund
+/// per key answered 201, and (capture-storm) every authorization was settled at most once, a 200
+/// capture being one ledger entry of what it captured and a 200 cancel none;
 /// 1 otherwise;
 /// 2 when the run could not be made.
 #[derive(Debug, Parser)]
@@ -40,7 +42,8 @@ pub struct Cli {
     #[arg(long, env = "SIM_URL", default_value = "http://127.0.0.1:12111", value_parser = base_url)]
     pub sim_url: String,
 
-    /// Start new operations for this long (e.g. 10s, 500ms, 2m). Default: 10s unless --requests.
+    /// Start new operations for this long (e.g. 10s, 500ms, 2m). Default: 10s unless --requests
+    /// (capture-storm: until every payment authorized was stormed).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
 
@@ -58,13 +61,26 @@ pub struct Cli {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub concurrency: u32,
 
-    /// double-submit, refund-storm, failover: requests sent with each key at the same instant.
+    /// double-submit, refund-storm, capture-storm, failover: requests sent with each key at the
+    /// same instant.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=1_000))]
     pub duplicates: u32,
 
-    /// refund-storm: payments made first, which every key refunds part of.
+    /// refund-storm: payments made first, which every key refunds part of. capture-storm:
+    /// payments authorized first, each then settled by a storm of its own.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub payments: u32,
+
+    /// capture-storm: distinct keys settling each payment at once, alternately capturing and
+    /// cancelling it (each sent --duplicates times).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1_000))]
+    pub keys: u32,
+
+    /// capture-storm's self-test: after the storms, charge one captured payment's authorization
+    /// a second time at the simulator, behind payonce's back, as a payonce that captured twice
+    /// would. The audit must then fail the run (exit 1).
+    #[arg(long)]
+    pub inject_double_capture: bool,
 
     /// mixed: percentages of new keys / replays / reused keys with another payload.
     #[arg(long, default_value = "70/25/5")]
@@ -84,7 +100,8 @@ pub struct Cli {
     pub retry_transport_errors: bool,
 
     /// Simulator faults for the run, as JSON for `PUT /_sim/faults`; cleared afterwards.
-    /// [default: none, except retry-storm's slow and flaky gateway; pass '{}' for none]
+    /// [default: none, except retry-storm's slow and flaky gateway and capture-storm's slow
+    /// captures and cancels; pass '{}' for none]
     #[arg(long)]
     pub faults: Option<String>,
 
@@ -114,6 +131,9 @@ pub enum ScenarioName {
     Mixed,
     /// Many keys, each sent by many clients at once, refunding overlapping parts of a few payments.
     RefundStorm,
+    /// Payments authorized (`"capture": "manual"`), then each settled by many keys at once,
+    /// capturing and cancelling it, each key sent by many clients at once.
+    CaptureStorm,
     /// Keys kept until they have a final answer while the database fails over (loadtest/failover.sh),
     /// then every acknowledged payment replayed byte for byte.
     Failover,
@@ -133,6 +153,7 @@ impl ScenarioName {
             Self::RetryStorm => "retry-storm",
             Self::Mixed => "mixed",
             Self::RefundStorm => "refund-storm",
+            Self::CaptureStorm => "capture-storm",
             Self::Failover => "failover",
             Self::NewPayments => "new-payments",
             Self::Replays => "replays",
@@ -173,8 +194,10 @@ pub struct Settings {
     pub requests: Option<u64>,
     pub concurrency: u32,
     pub duplicates: u32,
-    /// refund-storm: payments made first.
+    /// refund-storm, capture-storm: payments made (or authorized) first.
     pub payments: u32,
+    /// capture-storm: keys settling each payment at once.
+    pub keys: u32,
     /// Faults are set for the run (a 503 is then an answer some scenarios allow).
     pub faulty: bool,
     pub mix: Mix,
@@ -204,6 +227,17 @@ fn positive_rate(value: &str) -> Result<f64, String> {
     }
 }
 
+/// capture-storm's gateway when `--faults` is not given: captures and cancels take 50–150 ms, as
+/// a real gateway's do, so that a key's duplicates arrive while it is in flight (409) and after
+/// (a replay), not only before it is claimed. Authorizations are not slowed.
+fn capture_storm_faults() -> Value {
+    json!({
+        "latency_ms": 50,
+        "jitter_ms": 100,
+        "operations": ["capture_payment_intent", "cancel_payment_intent"],
+    })
+}
+
 /// retry-storm's gateway when `--faults` is not given: slow (200–600 ms), 10 % failures before
 /// executing, 5 % held for 3 s then charged, 5 % charged then the connection dropped.
 fn retry_storm_faults() -> Value {
@@ -219,9 +253,11 @@ fn retry_storm_faults() -> Value {
 
 impl Cli {
     pub fn settings(&self) -> Result<Settings, String> {
-        let duration = match (self.duration, self.requests) {
-            (None, None) => Some(Duration::from_secs(10)),
-            (duration, _) => duration,
+        let duration = match (self.duration, self.requests, self.scenario) {
+            // A capture storm is as long as its payments take, unless told otherwise.
+            (None, None, ScenarioName::CaptureStorm) => None,
+            (None, None, _) => Some(Duration::from_secs(10)),
+            (duration, _, _) => duration,
         };
         let client_timeout = self.client_timeout.unwrap_or(match self.scenario {
             ScenarioName::RetryStorm => Duration::from_millis(400),
@@ -233,12 +269,21 @@ impl Cli {
         if self.scenario == ScenarioName::RefundStorm && self.strategy.is_some() {
             return Err("--strategy aims payments at a lab strategy; refund-storm refunds through /v1/refunds".into());
         }
+        if self.scenario == ScenarioName::CaptureStorm && self.strategy.is_some() {
+            return Err(
+                "--strategy aims payments at a lab strategy; capture-storm captures through /v1/payments".into()
+            );
+        }
+        if self.inject_double_capture && self.scenario != ScenarioName::CaptureStorm {
+            return Err("--inject-double-capture is capture-storm's self-test".into());
+        }
         Ok(Settings {
             duration,
             requests: self.requests,
             concurrency: self.concurrency,
             duplicates: self.duplicates,
             payments: self.payments,
+            keys: self.keys,
             faulty: self.faults()?.is_some(),
             mix: self.mix,
             client_timeout,
@@ -257,6 +302,7 @@ impl Cli {
                 Ok((faults != json!({})).then_some(faults))
             }
             (None, ScenarioName::RetryStorm) => Ok(Some(retry_storm_faults())),
+            (None, ScenarioName::CaptureStorm) => Ok(Some(capture_storm_faults())),
             (None, _) => Ok(None),
         }
     }

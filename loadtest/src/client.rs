@@ -1,5 +1,6 @@
-//! The payonce API as a client sees it: one `POST /v1/payments` (or `POST /v1/refunds`), timed,
-//! and sorted into an [`Answer`] by what it tells the client to do next.
+//! The payonce API as a client sees it: one `POST /v1/payments` (or `POST /v1/refunds`, or a
+//! capture or cancel of an authorized payment), timed, and sorted into an [`Answer`] by what it
+//! tells the client to do next.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -38,6 +39,12 @@ pub struct Payment {
     pub status: String,
     /// `pi_…`, the gateway's PaymentIntent (what the ledger records).
     pub payment_intent: Option<String>,
+    /// What a capture took (or the whole amount of an automatic payment); 0 before.
+    #[serde(default)]
+    pub amount_captured: i64,
+    /// What an authorization (`requires_capture`) may still capture; 0 otherwise.
+    #[serde(default)]
+    pub amount_capturable: i64,
 }
 
 /// The fields of a refund the checks look at.
@@ -67,6 +74,12 @@ pub enum Answer {
     /// 409 `refund-exceeds-payment`: the payment has not that much left. Nothing was refunded,
     /// and the key was not used.
     ExceedsPayment,
+    /// 200 to a capture or cancel, with the payment settled (`None` if the body was not a
+    /// payment); `replayed` with `Idempotent-Replayed: true`.
+    Settled { payment: Option<Payment>, replayed: bool },
+    /// 409 `payment-not-capturable`: the payment is not (or no longer) an authorization to settle:
+    /// another key captured or canceled it. The key was not used.
+    NotCapturable,
     /// 409: the key is being worked on; come back after `Retry-After` seconds.
     InFlight { retry_after: Option<u64> },
     /// 422: the key was first used with another payload.
@@ -88,6 +101,13 @@ impl Answer {
             Self::Created(_) | Self::Refunded { replayed: false, .. } => "201 created".into(),
             Self::Replayed(_) | Self::Refunded { replayed: true, .. } => "201 replayed".into(),
             Self::ExceedsPayment => "409 exceeds payment".into(),
+            Self::Settled { replayed: true, .. } => "200 replayed".into(),
+            Self::Settled { payment, .. } => match payment.as_ref().map(|p| p.status.as_str()) {
+                Some("succeeded") => "200 captured".into(),
+                Some("canceled") => "200 canceled".into(),
+                _ => "200 settled".into(),
+            },
+            Self::NotCapturable => "409 not capturable".into(),
             Self::InFlight { .. } => "409 in flight".into(),
             Self::KeyReused => "422 key reused".into(),
             Self::Unavailable { .. } => "503 unavailable".into(),
@@ -165,6 +185,21 @@ impl Api {
         self.send(request, body, timeout, Resource::Refund).await
     }
 
+    /// `POST /v1/payments/{payment}/{action}` (`capture` or `cancel`) with `key` and `body` to
+    /// `target`, giving up after `timeout`.
+    pub async fn settle(
+        &self,
+        target: &str,
+        payment: &str,
+        action: &str,
+        key: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Reply {
+        let request = self.http.post(format!("{target}/v1/payments/{payment}/{action}")).header("Idempotency-Key", key);
+        self.send(request, body, timeout, Resource::Settle).await
+    }
+
     /// `GET /v1/payments/{id}` from the first target: the payment as payonce shows it now.
     pub async fn payment(&self, id: &str) -> Result<Value, String> {
         let url = format!("{}/v1/payments/{id}", self.targets[0]);
@@ -198,10 +233,14 @@ impl Api {
 enum Resource {
     Payment,
     Refund,
+    /// A capture or cancel of an authorized payment: 200 with the payment.
+    Settle,
 }
 
 /// The problem type of a refund that asks for more than remains.
 const EXCEEDS_PAYMENT: &str = "https://payonce.dev/problems/refund-exceeds-payment";
+/// The problem type of a capture or cancel of a payment that is not an authorization to settle.
+const NOT_CAPTURABLE: &str = "https://payonce.dev/problems/payment-not-capturable";
 
 /// Reads a whole response into an [`Answer`], and its body.
 async fn read(response: reqwest::Response, resource: Resource) -> (Answer, Vec<u8>) {
@@ -220,6 +259,8 @@ async fn read(response: reqwest::Response, resource: Resource) -> (Answer, Vec<u
         }
         (201, Resource::Refund) => Answer::Refunded { refund: serde_json::from_slice(&body).ok(), replayed },
         (409, Resource::Refund) if problem_type(&body).as_deref() == Some(EXCEEDS_PAYMENT) => Answer::ExceedsPayment,
+        (200, Resource::Settle) => Answer::Settled { payment: serde_json::from_slice(&body).ok(), replayed },
+        (409, Resource::Settle) if problem_type(&body).as_deref() == Some(NOT_CAPTURABLE) => Answer::NotCapturable,
         (409, _) => Answer::InFlight { retry_after },
         (422, _) => Answer::KeyReused,
         (503, _) => Answer::Unavailable { retry_after },

@@ -1,7 +1,8 @@
-//! payonce-loadtest: drives payonce servers with double submits, retry storms, mixed traffic or
-//! refund storms, then audits the Stripe simulator's ledger: however the requests raced, every
-//! key must be charged at most once, every payment a client was told succeeded must have been
-//! charged, and no payment refunded beyond what it charged.
+//! payonce-loadtest: drives payonce servers with double submits, retry storms, mixed traffic,
+//! refund storms or capture storms, then audits the Stripe simulator's ledger: however the
+//! requests raced, every key must be charged at most once, every payment a client was told
+//! succeeded must have been charged, no payment refunded beyond what it charged, and no
+//! authorization settled (captured or canceled) more than once.
 //!
 //! # Layout
 //!
@@ -13,11 +14,13 @@
 //!   retry_storm    short client timeouts, retries with the same key, Retry-After and jittered backoff
 //!   mixed          new keys, replays and reused keys with another payload (70/25/5)
 //!   refund_storm   a few payments, then many keys × duplicates refunding overlapping parts of them
+//!   capture_storm  authorizations, each then captured and canceled by many keys × duplicates at once
 //!   failover       keys kept until final while the database fails over, then replayed byte for byte
 //! stats        counts by answer, unexpected answers, latency percentiles
 //! simulator    the simulator's control routes: faults, the charge and refund ledgers
 //! audit        the ledger grouped by (customer, key), compared with what the clients believe
 //! refund_audit refund-storm: the refund ledger against the answers and payonce's payments
+//! capture_audit capture-storm: the answers, payonce's payments and the ledger, per authorization
 //! progress     the live progress line on stderr
 //! report       the summary table and its JSON form
 //! ```
@@ -31,6 +34,7 @@
 //! ```
 
 mod audit;
+mod capture_audit;
 mod cli;
 mod client;
 mod progress;
@@ -49,13 +53,14 @@ use std::time::Instant;
 use clap::Parser;
 
 use crate::audit::Audit;
+use crate::capture_audit::CaptureAudit;
 use crate::cli::{Cli, ScenarioName};
 use crate::client::Api;
 use crate::progress::Progress;
 use crate::refund_audit::RefundAudit;
 use crate::report::Report;
 use crate::scenario::Run;
-use crate::simulator::Simulator;
+use crate::simulator::{Charge, Simulator};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -102,13 +107,20 @@ async fn run(cli: Cli) -> Result<bool, String> {
         simulator.clear_faults().await?;
     }
     ran?;
+    if cli.inject_double_capture {
+        inject_double_capture(&run, &simulator).await?;
+    }
     let charges = simulator.charges().await?;
     let audit = Audit::new(&run.run_id, &charges, &run.believed());
     let refund_audit = match cli.scenario {
         ScenarioName::RefundStorm => Some(audit_refunds(&run, &simulator).await?),
         _ => None,
     };
-    let report = Report::new(&cli, &run, elapsed, audit, refund_audit);
+    let capture_audit = match cli.scenario {
+        ScenarioName::CaptureStorm => Some(audit_captures(&run, &charges).await?),
+        _ => None,
+    };
+    let report = Report::new(&cli, &run, elapsed, audit, refund_audit, capture_audit);
     let text = if cli.json {
         serde_json::to_string_pretty(&report).map_err(|err| err.to_string())? + "\n"
     } else {
@@ -136,4 +148,60 @@ async fn audit_refunds(run: &Run, simulator: &Simulator) -> Result<RefundAudit, 
         }
     }
     Ok(RefundAudit::new(&run.run_id, paid, &run.refund_keys(), &ledger, &amount_refunded))
+}
+
+/// capture-storm's audit: the storms' answers, payonce's view of each payment now (its database,
+/// through `GET /v1/payments/{id}`), and the ledger.
+async fn audit_captures(run: &Arc<Run>, charges: &[Charge]) -> Result<CaptureAudit, String> {
+    let authorized = run.authorized();
+    let mut shown = HashMap::with_capacity(authorized.len());
+    // A few look-ups at a time: a long storm authorizes thousands of payments.
+    for chunk in authorized.chunks(16) {
+        let tasks: Vec<_> = chunk
+            .iter()
+            .map(|paid| {
+                let (run, id) = (run.clone(), paid.id.clone());
+                tokio::spawn(async move { run.api.payment(&id).await })
+            })
+            .collect();
+        for task in tasks {
+            let payment = task.await.map_err(|err| format!("a look-up failed: {err}"))??;
+            // A payment payonce shows in a shape the runner cannot read is one it disagrees on.
+            if let Ok(payment) = serde_json::from_value::<client::Payment>(payment) {
+                shown.insert(payment.id.clone(), payment);
+            }
+        }
+    }
+    Ok(CaptureAudit::new(&run.run_id, authorized, &run.storms(), charges, &shown))
+}
+
+/// The self-test of `--inject-double-capture`: one captured payment's authorization charged a
+/// second time at the simulator, under its metadata, so that the audit that follows must fail.
+/// When no capture won a storm, an authorization is charged twice instead: two movements of money
+/// for one authorization either way.
+async fn inject_double_capture(run: &Run, simulator: &Simulator) -> Result<(), String> {
+    let believed = run.believed();
+    let paid = run
+        .authorized()
+        .iter()
+        .find(|paid| believed.contains_key(&paid.key))
+        .or_else(|| run.authorized().first())
+        .ok_or("--inject-double-capture: no payment was authorized")?;
+    let charges = simulator.charges().await?;
+    let captured = charges.iter().find(|charge| charge.payment_intent == paid.payment_intent);
+    let metadata = captured.map(|charge| charge.metadata.clone()).unwrap_or_else(|| {
+        [("payonce_idempotency_key", &paid.key), ("payonce_payment", &paid.id)]
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value.clone()))
+            .collect()
+    });
+    let amount = captured.map_or(paid.amount, |charge| charge.amount);
+    for _ in 0..if captured.is_some() { 1 } else { 2 } {
+        let intent = simulator.charge_behind_payonce("sk_test_loadtest_selftest", amount, &metadata).await?;
+        eprintln!(
+            "payonce-loadtest: self-test: {} ({}) charged {amount} again at the simulator, behind payonce, as {intent}",
+            paid.id, paid.payment_intent
+        );
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::audit::Audit;
+use crate::capture_audit::{self, CaptureAudit};
 use crate::cli::{Cli, ScenarioName, Settings};
 use crate::refund_audit::RefundAudit;
 use crate::scenario::Run;
@@ -23,6 +24,9 @@ pub struct Report {
     /// refund-storm: the refund ledger against the answers and payonce's payments.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refund_audit: Option<RefundAudit>,
+    /// capture-storm: the answers, payonce's payments and the ledger, per authorization.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture_audit: Option<CaptureAudit>,
     /// `pass`, or `fail` with the reasons.
     pub verdict: Verdict,
 }
@@ -34,7 +38,14 @@ pub struct Verdict {
 }
 
 impl Report {
-    pub fn new(cli: &Cli, run: &Run, elapsed: Duration, audit: Audit, refund_audit: Option<RefundAudit>) -> Self {
+    pub fn new(
+        cli: &Cli,
+        run: &Run,
+        elapsed: Duration,
+        audit: Audit,
+        refund_audit: Option<RefundAudit>,
+        capture_audit: Option<CaptureAudit>,
+    ) -> Self {
         let stats = run.stats.summary(elapsed);
         let mut reasons = Vec::new();
         if !audit.double_charged.is_empty() {
@@ -51,6 +62,9 @@ impl Report {
         }
         if let Some(refund_audit) = &refund_audit {
             reasons.extend(refund_audit.violations());
+        }
+        if let Some(capture_audit) = &capture_audit {
+            reasons.extend(capture_audit.violations());
         }
         if stats.unexpected > 0 {
             reasons.push(format!("{} unexpected answer(s)", stats.unexpected));
@@ -71,6 +85,7 @@ impl Report {
             stats,
             audit,
             refund_audit,
+            capture_audit,
             verdict: Verdict { passed: reasons.is_empty(), reasons },
         }
     }
@@ -103,6 +118,10 @@ impl fmt::Display for Report {
             ScenarioName::RefundStorm => {
                 format!("{} payments, {} duplicates per refund key", settings.payments, settings.duplicates)
             }
+            ScenarioName::CaptureStorm => format!(
+                "{} payments, {} keys × {} duplicates per storm",
+                settings.payments, settings.keys, settings.duplicates
+            ),
             ScenarioName::Failover => format!(
                 "{} duplicates per key, each kept until a 201 (at most {} attempts), then replayed",
                 settings.duplicates, settings.max_attempts
@@ -159,7 +178,11 @@ impl fmt::Display for Report {
         writeln!(f, "    charges in the ledger          {:>9}", a.charges)?;
         writeln!(f, "    keys charged                   {:>9}", a.keys_charged)?;
         writeln!(f, "    keys charged more than once    {:>9}", a.double_charged.len())?;
-        writeln!(f, "    payments believed succeeded    {:>9}   (keys that got a 201)", a.believed_succeeded)?;
+        let believed = match self.scenario {
+            ScenarioName::CaptureStorm => "(authorizations whose capture got a 200)",
+            _ => "(keys that got a 201)",
+        };
+        writeln!(f, "    payments believed succeeded    {:>9}   {believed}", a.believed_succeeded)?;
         writeln!(f, "    … with no charge               {:>9}", a.missing.len())?;
         writeln!(f, "    … with another PaymentIntent   {:>9}", a.mismatched.len())?;
         writeln!(f, "    charges no client saw a 201 for{:>9}   (clients that gave up; not an error)", a.unconfirmed)?;
@@ -180,6 +203,9 @@ impl fmt::Display for Report {
         }
         if let Some(r) = &self.refund_audit {
             write_refund_audit(f, r)?;
+        }
+        if let Some(c) = &self.capture_audit {
+            write_capture_audit(f, c, s)?;
         }
         writeln!(f)?;
         if self.verdict.passed { writeln!(f, "PASS") } else { writeln!(f, "FAIL: {}", self.verdict.reasons.join("; ")) }
@@ -229,6 +255,65 @@ fn write_refund_audit(f: &mut fmt::Formatter<'_>, r: &RefundAudit) -> fmt::Resul
     for (what, list) in lists {
         for item in list.iter().take(10) {
             writeln!(f, "    {what} {item}")?;
+        }
+    }
+    Ok(())
+}
+
+/// capture-storm's figures, its checks, and the first few of each violation.
+fn write_capture_audit(f: &mut fmt::Formatter<'_>, c: &CaptureAudit, s: &Summary) -> fmt::Result {
+    writeln!(f)?;
+    writeln!(f, "  capture audit (answers, payonce's payments, simulator ledger)")?;
+    writeln!(
+        f,
+        "    payments authorized            {:>9}   {} authorized in all",
+        c.payments_authorized, c.amount_authorized
+    )?;
+    writeln!(
+        f,
+        "    … stormed                      {:>9}   {:.1} storms/s over the run",
+        c.payments_stormed,
+        c.payments_stormed as f64 / s.elapsed_secs
+    )?;
+    writeln!(
+        f,
+        "    settle keys                    {:>9}   {} capturing, {} cancelling",
+        c.keys, c.capture_keys, c.cancel_keys
+    )?;
+    writeln!(f, "    … answered 200                 {:>9}   one per payment settled", c.keys_settled)?;
+    writeln!(f, "    … answered 409 not capturable  {:>9}   another key settled it first", c.keys_refused)?;
+    writeln!(
+        f,
+        "    200s fresh / replayed          {:>9}   {} replayed (duplicates, and each key resent after the storm)",
+        c.answered_200_fresh, c.answered_200_replayed
+    )?;
+    writeln!(
+        f,
+        "    payments captured (answers)    {:>9}   {} captured by the answers",
+        c.payments_captured, c.amount_captured_answers
+    )?;
+    writeln!(f, "    payments canceled (answers)    {:>9}", c.payments_canceled)?;
+    writeln!(f, "    payments left authorized       {:>9}   (not stormed, or no key settled)", c.payments_unsettled)?;
+    writeln!(
+        f,
+        "    captures in the ledger         {:>9}   {} captured at the gateway",
+        c.ledger_captures, c.amount_captured_ledger
+    )?;
+    writeln!(f, "    keys resent / reused (422)     {:>9}   {} reused", c.resent, c.reuse_probes)?;
+    let unavailable = s.answers.other.get("503 unavailable").copied().unwrap_or(0);
+    writeln!(f, "    503 with Retry-After           {:>9}   (honest: retried with the key)", unavailable)?;
+    writeln!(
+        f,
+        "    5xx other than 503             {:>9}   must be 0",
+        capture_audit::server_errors(&s.answers.other)
+    )?;
+    let checks = c.checks();
+    for check in &checks {
+        writeln!(f, "    {:<31}{:>9}   must be 0", check.row, check.found.len())?;
+    }
+    for check in &checks {
+        for item in check.found.iter().take(10) {
+            writeln!(f, "    {} {item}", check.tag)?;
         }
     }
     Ok(())

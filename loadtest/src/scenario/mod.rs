@@ -4,6 +4,7 @@
 //! [`Budget`] allows, and records every answer with a [`Verdict`](crate::stats::Verdict).
 
 mod bench;
+mod capture_storm;
 mod double_submit;
 pub mod failover;
 mod mixed;
@@ -11,7 +12,7 @@ mod refund_storm;
 mod retry_storm;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -19,6 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
+use crate::capture_audit::{Authorized, Storm};
 use crate::cli::{ScenarioName, Settings};
 use crate::client::{Answer, Api, Reply};
 use crate::refund_audit::{Paid, RefundKey};
@@ -46,6 +48,12 @@ pub struct Run {
     refundable: OnceLock<Vec<Paid>>,
     /// refund-storm: every refund key, and how it ended.
     refund_keys: Mutex<Vec<RefundKey>>,
+    /// capture-storm: the payments authorized before it, which its storms settle.
+    authorized: OnceLock<Vec<Authorized>>,
+    /// capture-storm: the next payment to storm, an index into `authorized`.
+    next_storm: AtomicUsize,
+    /// capture-storm: every storm, with each key's answers.
+    storms: Mutex<Vec<Storm>>,
     /// failover: the body of the first 201 of each key, which every later 201 must repeat.
     acknowledged: Mutex<HashMap<String, Vec<u8>>>,
     /// failover with `--timeline`: every answer, as a JSON line.
@@ -100,6 +108,9 @@ impl Run {
             believed: Mutex::new(HashMap::new()),
             refundable: OnceLock::new(),
             refund_keys: Mutex::new(Vec::new()),
+            authorized: OnceLock::new(),
+            next_storm: AtomicUsize::new(0),
+            storms: Mutex::new(Vec::new()),
             acknowledged: Mutex::new(HashMap::new()),
             timeline: Mutex::new(Vec::new()),
         }
@@ -161,6 +172,13 @@ impl Run {
         }
     }
 
+    /// Records `key` as a payment the clients believe succeeded, charged by `intent`
+    /// (capture-storm: an authorization whose capture was answered 200).
+    pub fn believe(&self, key: &str, intent: Option<String>) {
+        let mut believed = self.believed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        believed.entry(key.to_owned()).or_insert(intent);
+    }
+
     /// The payments the clients believe succeeded.
     pub fn believed(&self) -> HashMap<String, Option<String>> {
         self.believed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
@@ -201,6 +219,33 @@ impl Run {
         replies
     }
 
+    /// Sends one capture or cancel (`action`) of `payment` with the run's client timeout and
+    /// counts it against the budget.
+    pub async fn settle(&self, target: &str, payment: &str, action: &str, key: &str, body: &Value) -> Reply {
+        self.budget.count_request();
+        self.api.settle(target, payment, action, key, body, self.settings.client_timeout).await
+    }
+
+    /// capture-storm: the payments authorized for it (none before they are made).
+    pub fn authorized(&self) -> &[Authorized] {
+        self.authorized.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// capture-storm: the next payment no storm has taken yet, if any.
+    pub fn next_to_storm(&self) -> Option<&Authorized> {
+        self.authorized().get(self.next_storm.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// capture-storm: keeps a storm's answers for the audit.
+    pub fn stormed(&self, storm: Storm) {
+        self.storms.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(storm);
+    }
+
+    /// capture-storm: every storm so far.
+    pub fn storms(&self) -> Vec<Storm> {
+        self.storms.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
     /// refund-storm: the payments its keys refund (none before they are made).
     pub fn refundable(&self) -> &[Paid] {
         self.refundable.get().map_or(&[], Vec::as_slice)
@@ -230,11 +275,15 @@ pub fn pays(answer: &Answer, amount: i64) -> bool {
 }
 
 /// Runs `settings.concurrency` workers of the run's scenario until the budget is spent (after
-/// making what the scenario needs first: refund-storm's payments).
+/// making what the scenario needs first: refund-storm's payments, capture-storm's authorizations).
 pub async fn run(run: Arc<Run>) -> Result<(), String> {
     if run.scenario == ScenarioName::RefundStorm {
         let paid = refund_storm::prepare(&run).await?;
         run.refundable.set(paid).map_err(|_| "the payments to refund were made twice".to_owned())?;
+    }
+    if run.scenario == ScenarioName::CaptureStorm {
+        let authorized = capture_storm::prepare(&run).await?;
+        run.authorized.set(authorized).map_err(|_| "the payments to capture were authorized twice".to_owned())?;
     }
     let workers: Vec<_> = (0..run.settings.concurrency)
         .map(|worker| {
@@ -245,6 +294,7 @@ pub async fn run(run: Arc<Run>) -> Result<(), String> {
                     ScenarioName::RetryStorm => retry_storm::worker(run, worker).await,
                     ScenarioName::Mixed => mixed::worker(run, worker).await,
                     ScenarioName::RefundStorm => refund_storm::worker(run, worker).await,
+                    ScenarioName::CaptureStorm => capture_storm::worker(run, worker).await,
                     ScenarioName::Failover => failover::worker(run, worker).await,
                     ScenarioName::NewPayments => bench::new_payments(run, worker).await,
                     ScenarioName::Replays => bench::replays(run, worker).await,
