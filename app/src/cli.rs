@@ -350,9 +350,12 @@ struct SweeperArgs {
     #[arg(long, env = "PAYONCE_SWEEP_INTERVAL_SECS", default_value_t = 5.0, value_parser = positive_secs)]
     sweep_interval_secs: f64,
 
-    /// How long key events are kept.
-    #[arg(long, env = "PAYONCE_EVENT_RETENTION_SECS", default_value_t = 604_800, value_parser = clap::value_parser!(u64).range(1..))]
-    event_retention_secs: u64,
+    /// How many days key events and webhook inbox entries are kept (whole UTC days, dropped a day
+    /// at a time). At least 3: Stripe redelivers a webhook event for up to 3 days, and the inbox
+    /// must remember it that long to apply it once (docs/expiry.md).
+    #[arg(long, env = "PAYONCE_EVENT_RETENTION_DAYS", default_value_t = crate::retention::DEFAULT_DAYS,
+          value_parser = clap::value_parser!(u32).range(i64::from(crate::retention::MIN_DAYS)..=3650))]
+    event_retention_days: u32,
 }
 
 fn positive_secs(value: &str) -> Result<f64, String> {
@@ -452,7 +455,7 @@ impl SweeperArgs {
     fn settings(&self) -> SweeperSettings {
         SweeperSettings {
             interval: Duration::from_secs_f64(self.sweep_interval_secs),
-            event_retention: Duration::from_secs(self.event_retention_secs),
+            event_retention_days: self.event_retention_days,
         }
     }
 }

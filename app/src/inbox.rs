@@ -26,6 +26,13 @@ pub enum Receipt {
     Recorded(Effect),
     /// Its id was already in the inbox: nothing was done.
     Duplicate,
+    /// Its `created` falls on no day the inbox keeps: older than the retention (which is never
+    /// shorter than Stripe's 3 days of redeliveries, so only an event resent by hand, or one
+    /// with a nonsense date, lands here), or more than [`crate::retention::DAYS_AHEAD`] days
+    /// ahead. It is acknowledged, not recorded and not applied: without its day the inbox
+    /// could not tell a second delivery from the first. The sweeper's look-ups of what is
+    /// pending remain the net under it.
+    OutsideWindow,
 }
 
 /// The effect of a new event (the inbox's `effect` column).
@@ -187,11 +194,13 @@ impl Inbox {
     pub async fn receive(&self, engine: &Engine, event: Delivery<'_>) -> sqlx::Result<Receipt> {
         let (id, kind) = (event.id, event.kind);
         let mut tx = engine.pool().begin().await?;
+        // Every delivery of an event carries its `created`, the inbox's partition key: the
+        // conflict finds a redelivery within the days the inbox keeps (crate::retention).
         let new = sqlx::query_scalar!(
             r#"
             insert into webhook_events (id, type, created, effect, customer_id)
             values ($1, $2, $3, 'ignored', $4)
-            on conflict (id, customer_id) do nothing
+            on conflict (id, customer_id, created) do nothing
             returning id
             "#,
             id,
@@ -200,10 +209,23 @@ impl Inbox {
             event.customer().unwrap_or_default(),
         )
         .fetch_optional(&mut *tx)
-        .await?;
+        .await;
+        let new = match new {
+            Err(err) if outside_the_kept_days(&err) => {
+                tx.rollback().await?;
+                tracing::warn!(
+                    event = id,
+                    kind,
+                    created = event.created,
+                    "webhook event dated outside the days the inbox keeps; acknowledged, not applied"
+                );
+                return Ok(Receipt::OutsideWindow);
+            }
+            new => new?,
+        };
         if new.is_none() {
             tx.rollback().await?;
-            note_duplicate(engine, id, kind).await?;
+            note_duplicate(engine, &event).await?;
             return Ok(Receipt::Duplicate);
         }
         let handled = match self.handlers.iter().find(|handler| handler.concerns(kind)) {
@@ -214,7 +236,7 @@ impl Inbox {
         sqlx::query!(
             r#"
             update webhook_events set effect = $2, payment_id = $3, refund_id = $4, key_id = $5
-            where id = $1 and customer_id = $6
+            where id = $1 and customer_id = $6 and created = $7
             "#,
             id,
             handled.effect.as_str(),
@@ -222,6 +244,7 @@ impl Inbox {
             handled.refund,
             timeline.map(|t| t.key_id),
             event.customer().unwrap_or_default(),
+            event.created_at(),
         )
         .execute(&mut *tx)
         .await?;
@@ -256,14 +279,16 @@ pub async fn note(tx: &mut PgConnection, timeline: Timeline, detail: serde_json:
 
 /// A redelivery goes on the timeline its first delivery went on (as an observation: it changes
 /// nothing).
-async fn note_duplicate(engine: &Engine, id: &str, kind: &str) -> sqlx::Result<()> {
+async fn note_duplicate(engine: &Engine, event: &Delivery<'_>) -> sqlx::Result<()> {
+    let (id, kind) = (event.id, event.kind);
     let known = sqlx::query!(
         r#"
         select key_id as "key_id!", customer_id as "customer_id!"
         from webhook_events
-        where id = $1 and key_id is not null and customer_id is not null
+        where id = $1 and created = $2 and key_id is not null and customer_id is not null
         "#,
         id,
+        event.created_at(),
     )
     .fetch_optional(engine.pool())
     .await?;
@@ -279,23 +304,9 @@ async fn note_duplicate(engine: &Engine, id: &str, kind: &str) -> sqlx::Result<(
     Ok(())
 }
 
-/// Deletes up to `limit` inbox entries older than `retention`. A redelivery after that is
-/// applied again, which changes nothing: payments and refunds only move forward.
-pub async fn purge(pool: &sqlx::PgPool, retention: std::time::Duration, limit: i64) -> sqlx::Result<u64> {
-    let purged = sqlx::query!(
-        r#"
-        delete from webhook_events
-        where id in (
-            select id from webhook_events
-            where received_at < now() - $1 * interval '1 second'
-            order by received_at
-            limit $2
-        )
-        "#,
-        retention.as_secs_f64(),
-        limit,
-    )
-    .execute(pool)
-    .await?;
-    Ok(purged.rows_affected())
+/// Whether `err` is PostgreSQL's refusal of a row whose partition key falls on no partition
+/// (SQLSTATE 23514, "no partition of relation … found for row").
+fn outside_the_kept_days(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .is_some_and(|db| db.code().as_deref() == Some("23514") && db.message().starts_with("no partition of relation"))
 }

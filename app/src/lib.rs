@@ -31,7 +31,7 @@
 //!                one Idempotency-Key per row derived before the first request, each 202 followed
 //!                until its payment is final (docs/batch.md)
 //! sweeper        the background worker: completes abandoned keys, reconciles spent keys and
-//!                pending payments and refunds, deletes expired keys
+//!                pending payments and refunds, deletes expired keys, keeps the history bounded
 //! lab            the claim-strategy lab: for-update, redis and check-then-insert beside the
 //!                engine's on-conflict (`PAYONCE_CLAIM_STRATEGY`, docs/strategies.md), chosen
 //!                once at startup (`lab::Claims`)
@@ -63,6 +63,8 @@
 //! failpoint      named crash points for the crash tests (`PAYONCE_FAILPOINT`)
 //! db             the connection pool, migrations, and the zero-config local PostgreSQL (which
 //!                keeps its port across restarts: `payonce db url|start|stop`)
+//! retention      the history tables (key events, webhook inbox) partitioned by day: the coming
+//!                days made ahead, the days past the retention detached and dropped whole
 //! customers      API customers and their keys (hashed, compared in constant time, cached 30 s)
 //! body           a request body that could not be read (413, 408, 400), for API and forms alike
 //! problem        RFC 9457 problem documents, every problem type, and the invalid-field vocabulary
@@ -134,6 +136,7 @@ pub mod operations;
 pub mod payments;
 pub mod problem;
 pub mod refunds;
+pub mod retention;
 pub mod secret;
 pub mod server;
 pub mod shop;

@@ -19,12 +19,14 @@
 //!    moved forward with what Stripe says; refunds the gateway answered `pending`, which settle
 //!    (a failed one giving its reservation back) or are asked again later. The safety net under
 //!    webhooks.
-//! 3. **Reaper.** Deletes final keys past their expiry, in small batches. Payments stay.
-//! 4. **Purge.** Deletes key events and webhook inbox entries past their retention.
+//! 3. **Reaper.** Deletes final keys past their expiry, in small batches of one short statement
+//!    each, skipping rows another transaction holds. Payments stay.
+//! 4. **Retention.** Makes the coming days' partitions of the key events and the webhook inbox,
+//!    and detaches and drops the days past their retention ([`crate::retention`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -38,13 +40,14 @@ use crate::idempotency::{Engine, LookedUp, Operations, ProcessError};
 pub struct SweeperSettings {
     /// Time between two passes.
     pub interval: Duration,
-    /// How long key events (and webhook inbox entries) are kept.
-    pub event_retention: Duration,
+    /// How many days key events and webhook inbox entries are kept (whole UTC days: a day goes
+    /// when its end is this far in the past). At least [`crate::retention::MIN_DAYS`].
+    pub event_retention_days: u32,
 }
 
 impl Default for SweeperSettings {
     fn default() -> Self {
-        Self { interval: Duration::from_secs(5), event_retention: Duration::from_secs(7 * 24 * 60 * 60) }
+        Self { interval: Duration::from_secs(5), event_retention_days: crate::retention::DEFAULT_DAYS }
     }
 }
 
@@ -52,8 +55,13 @@ impl Default for SweeperSettings {
 const BATCH: i64 = 32;
 /// Batches per pass at most, so one pass stays short and shutdown stays prompt.
 const MAX_BATCHES: usize = 8;
-/// Keys (or events) deleted per statement.
+/// Keys deleted per statement: one short transaction each, its rows taken with `SKIP LOCKED`.
 const DELETE_BATCH: i64 = 500;
+/// The reaper's share of one pass: it goes on while its batches come back full, until this much
+/// time has passed. A backlog (a million keys expiring at once) then drains in minutes, while
+/// each batch stays one short statement and the time between passes stays the payments'
+/// (docs/performance.md, "Retention and the reaper").
+const REAP_BUDGET: Duration = Duration::from_secs(1);
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -73,8 +81,8 @@ pub struct SweepReport {
     pub errors: usize,
     /// Expired keys deleted.
     pub reaped: u64,
-    /// Old events deleted.
-    pub purged_events: u64,
+    /// Expired history partitions (a day of key events or webhook inbox entries) dropped.
+    pub dropped_partitions: usize,
 }
 
 impl SweepReport {
@@ -120,8 +128,8 @@ impl Sweeper {
         tracing::info!("sweeper stopped");
     }
 
-    /// One pass: complete, reap, purge. Errors are logged and counted, never fatal: the next pass
-    /// tries again.
+    /// One pass: complete, look up, reap, keep the history bounded. Errors are logged and
+    /// counted, never fatal: the next pass tries again.
     pub async fn sweep(&self) -> SweepReport {
         let span = tracing::info_span!("sweep", owner = %self.owner);
         let report = self.sweep_inner().instrument(span.clone()).await;
@@ -163,11 +171,12 @@ impl Sweeper {
                 }
             }
         }
-        for _ in 0..MAX_BATCHES {
+        let reaping = Instant::now();
+        loop {
             match self.engine.reap_expired(DELETE_BATCH).await {
                 Ok(reaped) => {
                     report.reaped += reaped;
-                    if reaped < DELETE_BATCH as u64 {
+                    if reaped < DELETE_BATCH as u64 || reaping.elapsed() >= REAP_BUDGET {
                         break;
                     }
                 }
@@ -177,14 +186,9 @@ impl Sweeper {
                 }
             }
         }
-        match self.engine.purge_events(self.settings.event_retention, DELETE_BATCH * 10).await {
-            Ok(purged) => report.purged_events = purged,
-            Err(err) => failed(&mut report, "purging old events", &err),
-        }
-        if let Err(err) =
-            crate::inbox::purge(self.engine.pool(), self.settings.event_retention, DELETE_BATCH * 10).await
-        {
-            failed(&mut report, "purging old webhook events", &err);
+        match crate::retention::maintain(self.engine.pool(), self.settings.event_retention_days).await {
+            Ok(maintained) => report.dropped_partitions = maintained.dropped.len(),
+            Err(err) => failed(&mut report, "maintaining the history partitions", &err),
         }
         report
     }

@@ -166,8 +166,14 @@ async fn connect_and_migrate(url: &str, config: &DatabaseConfig) -> Result<PgPoo
     // second server starting at the same time must be able to wait for.
     let mut migrator = PgConnection::connect_with(&options).await.map_err(OpenError::Connect)?;
     let migrated = MIGRATOR.run(&mut migrator).await;
+    // The coming days' partitions of the history tables, before anything writes a row there: a
+    // deployment that ran no sweeper for a while must not start with its days missing.
+    let days = match migrated {
+        Ok(()) => crate::retention::add_days_ahead(&mut migrator).await.map_err(OpenError::Connect),
+        Err(err) => Err(err.into()),
+    };
     let _ = migrator.close().await;
-    migrated?;
+    days?;
     connect(options, config).await.map_err(OpenError::Connect)
 }
 

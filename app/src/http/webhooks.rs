@@ -48,7 +48,8 @@ pub struct WebhookReceipt {
     pub received: bool,
     /// The event's id was already in the inbox: nothing was done again.
     pub duplicate: bool,
-    /// What a new event did (`null` for a duplicate).
+    /// What a new event did (`null` for a duplicate, and for an event dated outside the days the
+    /// inbox keeps: acknowledged, not applied; docs/expiry.md).
     pub effect: Option<Effect>,
 }
 
@@ -111,6 +112,8 @@ async fn receive(
     };
     let (duplicate, effect) = match receipt {
         Receipt::Duplicate => (true, None),
+        // Acknowledged, or Stripe would retry for days an event the inbox cannot take.
+        Receipt::OutsideWindow => (false, None),
         Receipt::Recorded(effect) => (false, Some(effect)),
     };
     Ok(axum::Json(WebhookReceipt { received: true, duplicate, effect }).into_response())

@@ -142,24 +142,4 @@ impl Engine {
         EventKind::Expired.count(reaped);
         Ok(reaped)
     }
-
-    /// Deletes up to `limit` events older than `retention`. Returns how many went.
-    pub async fn purge_events(&self, retention: Duration, limit: i64) -> sqlx::Result<u64> {
-        let purged = sqlx::query!(
-            r#"
-            delete from idempotency_events
-            where id in (
-                select id from idempotency_events
-                where created_at < now() - $1 * interval '1 second'
-                order by id
-                limit $2
-            )
-            "#,
-            secs(retention),
-            limit,
-        )
-        .execute(self.pool())
-        .await?;
-        Ok(purged.rows_affected())
-    }
 }

@@ -33,6 +33,7 @@ mod reconcile;
 mod recovery;
 mod refunds;
 mod refusals;
+mod retention;
 mod schema;
 mod scoping;
 mod shop;

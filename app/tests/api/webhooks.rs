@@ -599,3 +599,31 @@ async fn the_simulators_own_refund_events_settle_a_lost_answer() {
         [("charge.refunded", "ignored"), ("refund.created", "applied"), ("refund.updated", "ignored")]
     );
 }
+
+/// An event dated on no day the inbox keeps (older than the retention: only an event resent by
+/// hand, or a nonsense date) is acknowledged, so that Stripe stops sending it, but neither
+/// recorded nor applied; one dated within the retention is deduplicated as ever, on its
+/// `created` too (the inbox's partition key).
+#[tokio::test]
+async fn an_event_older_than_the_inbox_keeps_is_acknowledged_unapplied() {
+    let app = app().await;
+    let body = |id: &str, created: i64| {
+        json!({
+            "id": id, "object": "event", "api_version": "2026-09-30.endive", "created": created,
+            "livemode": false, "pending_webhooks": 1, "type": "payonce.not_a_stripe_event", "request": null,
+            "data": {"object": {"id": "cus_1", "object": "customer"}},
+        })
+        .to_string()
+    };
+    let (status, _, answer) =
+        parts(deliver(&app, &body("evt_ancient", now() - 400 * 86_400), SECRET, now()).await).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!((answer["duplicate"].as_bool(), answer["effect"].is_null()), (Some(false), true), "{answer}");
+    assert_eq!(app.count("webhook_events").await, 0);
+
+    let two_days_ago = now() - 2 * 86_400;
+    let (_, _, first) = parts(deliver(&app, &body("evt_recent", two_days_ago), SECRET, now()).await).await;
+    let (_, _, again) = parts(deliver(&app, &body("evt_recent", two_days_ago), SECRET, now()).await).await;
+    assert_eq!((first["duplicate"].as_bool(), again["duplicate"].as_bool()), (Some(false), Some(true)));
+    assert_eq!(app.count("webhook_events").await, 1);
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The reaper under load (docs/performance.md, "Scale" → "Retention and the reaper"): new payments
+# at a fixed rate (an open loop, so that a slower server shows as latency, not as fewer
+# requests), first on a quiet database, then while the server's own sweeper reaps KEYS expired
+# keys (default 1 000 000) inserted at once by SQL. Prints the payments' latency in both phases
+# and their ratio (target: p99 during ≤ 2 × quiet), and the reaper's throughput (keys/s) while
+# the payments ran and until the backlog was gone (or DRAIN_SECS passed).
+#
+#   loadtest/reaper.sh                      # release binaries from the target dir
+#   KEYS=100000 DURATION=10s loadtest/reaper.sh   # shorter
+#
+# Settings (environment): KEYS (1000000), RATE (payments/s, 100), DURATION (per phase, 30s),
+# CONCURRENCY (runner workers, 16), PAYONCE_BIN, PAYONCE_LOADTEST_BIN (default: the release
+# binaries of CARGO_TARGET_DIR or target/), ADMIN_URL (postgres://postgres@127.0.0.1:5432/postgres).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+keys=${KEYS:-1000000}
+rate=${RATE:-100}
+duration=${DURATION:-30s}
+concurrency=${CONCURRENCY:-16}
+admin_url=${ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+target_dir=${CARGO_TARGET_DIR:-target}
+payonce=${PAYONCE_BIN:-$target_dir/release/payonce}
+loadtest=${PAYONCE_LOADTEST_BIN:-$target_dir/release/payonce-loadtest}
+[ -x "$payonce" ] && [ -x "$loadtest" ] ||
+    { echo "reaper.sh: build first: cargo build --release -p payonce -p payonce-loadtest" >&2; exit 2; }
+
+work=$(mktemp -d -t payonce-reaper.XXXXXX)
+. loadtest/stack.sh
+trap 'stack_down; rm -rf "$work"' EXIT
+RUST_LOG=warn stack_up 1
+customer_id=$(psql "$DATABASE_URL" -Atc "select id from customers")
+
+run() {
+    "$loadtest" new-payments --target "$BASE_URLS" --api-key "$API_KEY" --sim-url "$SIM_URL" \
+        --concurrency "$concurrency" --rate "$rate" --duration "$1" --json
+}
+expired() { psql "$DATABASE_URL" -Atc "select count(*) from idempotency_keys where expires_at <= now()"; }
+now() { date +%s.%N; }
+
+echo "warming up" >&2
+run 5s >/dev/null
+echo "measuring: quiet ($duration at $rate/s)" >&2
+run "$duration" >"$work/quiet.json"
+
+echo "inserting $keys expired keys" >&2
+# Final keys (a stored 201) whose expiry passed a minute ago, as a day's keys are a day later;
+# the server's sweeper takes them on its next pass (every 5 s).
+psql "$DATABASE_URL" -qc "
+    insert into idempotency_keys
+        (id, customer_id, key, method, route, fingerprint, request, state, recovery_point,
+         response_status, response_headers, response_body, completed_at, created_at, expires_at)
+    select gen_random_uuid(), '$customer_id', 'expired-' || i, 'POST', '/v1/payments',
+           sha256(i::text::bytea), '{\"amount\": 1000, \"currency\": \"eur\"}', 'completed', 'finished',
+           201, '{\"content-type\": \"application/json\"}', convert_to(repeat('x', 300), 'UTF8'),
+           now() - interval '1 day', now() - interval '1 day', now() - interval '1 minute'
+    from generate_series(1, $keys) as i;
+    analyze idempotency_keys;"
+before=$(expired)
+started=$(now)
+echo "measuring: during the reaping ($duration at $rate/s; $before expired keys)" >&2
+run "$duration" >"$work/during.json"
+after=$(expired)
+ended=$(now)
+
+report() {
+    python3 - "$work" "$keys" "$rate" "$duration" "$before" "$after" "$started" "$ended" "$@" <<'PY'
+import json, pathlib, sys
+work, keys, rate, duration, before, after, started, ended, *drain = sys.argv[1:]
+work = pathlib.Path(work)
+quiet, during = (json.loads((work / f"{name}.json").read_text())["stats"] for name in ("quiet", "during"))
+before, after = int(before), int(after)
+started, ended = float(started), float(ended)
+def line(name, s):
+    lat = s["latency"] or {}
+    return (f"  {name:<22} {s['throughput']:6.0f}/s   p50 {lat.get('p50_ms', 0):7.2f} ms   "
+            f"p95 {lat.get('p95_ms', 0):7.2f} ms   p99 {lat.get('p99_ms', 0):7.2f} ms   "
+            f"max {lat.get('max_ms', 0):8.2f} ms   ({s['requests']} requests)")
+if not drain:
+    print(f"payonce reaper under load: {int(keys):,} expired keys, new payments at {rate}/s for {duration} per phase")
+    print(line("payments, quiet", quiet))
+    print(line("payments, reaping", during))
+    ratio = (during["latency"] or {}).get("p99_ms", float("inf")) / (quiet["latency"] or {}).get("p99_ms", float("nan"))
+    print(f"  p99 reaping / quiet    {ratio:.2f}x (target ≤ 2x: {'met' if ratio <= 2 else 'NOT met'})")
+    print(f"  reaper while paying    {(before - after) / (ended - started):8.0f} keys/s ({before - after:,} keys in {ended - started:.1f} s)")
+else:
+    left, at = int(drain[0]), float(drain[1])
+    gone = before - left
+    print(f"  reaper, backlog        {gone / (at - started):8.0f} keys/s ({gone:,} keys in {at - started:.1f} s; {left:,} left)")
+PY
+}
+report
+# The rest of the backlog, with nobody paying (at most DRAIN_SECS, default 600).
+deadline=$(( $(date +%s) + ${DRAIN_SECS:-600} ))
+while left=$(expired) && [ "$left" -gt 0 ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 1; done
+report "$left" "$(now)"
