@@ -178,6 +178,8 @@ def wal(admin_url):
 
 
 def measure(args):
+    if not re.fullmatch(r"[a-z0-9_]+", args.db):
+        sys.exit(f"cost.py: {args.db!r} is not a scratch database's name (it is written into SQL)")
     postgres = Postgres(args.admin_url, args.db)
     flush(args.admin_url, args.db, postgres.local)
     db0, wal0 = database(args.admin_url, args.db), wal(args.admin_url)
