@@ -10,7 +10,11 @@
 #   4. a storm: STORM simultaneous requests with one key: time to settle, and one charge
 #   5. the same handler with the idempotency layer bypassed (POST /bench/payments), at CONCURRENCY
 #
-# It prints the figures and the ratios (payonce / pgbench, layer on / layer off) with the targets.
+# It prints the figures and the ratios (payonce / pgbench, layer on / layer off) with the targets,
+# then what each request cost (loadtest/cost.py, around phases 1, 2, 3 and 5, and pgbench again at
+# the rate payonce reached in phase 2): PostgreSQL's CPU, payonce's CPU, rows written and WAL
+# bytes per new payment and per replay, beside pgbench's at the same rate, with the ratios and
+# the cost targets.
 #
 #   loadtest/bench.sh            release binaries (built if missing), 15 s per measurement
 #   loadtest/bench.sh --quick    3 s per measurement (a smoke test of the benchmark itself)
@@ -57,8 +61,16 @@ api_key=$API_KEY
 database_url=$DATABASE_URL
 customer_id=$(psql "$database_url" -Atc "select id from customers")
 
-# One measured phase of the runner: warm up, reset the ledger, measure; the JSON report to
-# $work/<name>.json. Extra arguments go to both runs (e.g. --rate).
+# Runs a command and writes what it cost (CPU, rows, WAL) to $work/<name>.cost.json.
+cost() {
+    local name=$1
+    shift
+    python3 loadtest/cost.py measure --admin-url "$admin_url" --db "$stack_database" \
+        --payonce "${stack_pids[1]}" --simulator "${stack_pids[0]}" --out "$work/$name.cost.json" -- "$@"
+}
+
+# One measured phase of the runner: warm up, reset the ledger, measure (and what it cost); the
+# JSON report to $work/<name>.json. Extra arguments go to both runs (e.g. --rate).
 measure() {
     local name=$1 scenario=$2 workers=$3
     shift 3
@@ -66,7 +78,7 @@ measure() {
         --concurrency "$workers" --duration "$warmup" --json "$@" >/dev/null || true
     curl -fsS -X POST "$sim_url/_sim/reset" >/dev/null
     echo "measuring: $name" >&2
-    "$loadtest" "$scenario" --target "$app_url" --api-key "$api_key" --sim-url "$sim_url" \
+    cost "$name" "$loadtest" "$scenario" --target "$app_url" --api-key "$api_key" --sim-url "$sim_url" \
         --concurrency "$workers" --duration "$duration" --json "$@" >"$work/$name.json" ||
         echo "bench.sh: the $name run reported a failure" >&2
 }
@@ -76,11 +88,20 @@ python3 loadtest/pgbench/new_payment.py .sqlx >"$work/new_payment.sql"
 seconds=${duration%s}
 pgbench -n -M prepared -c "$concurrency" -j "$(nproc)" -T "${warmup%s}" -D customer="$customer_id" \
     -f "$work/new_payment.sql" "$database_url" >/dev/null 2>&1
-pgbench -n -M prepared -c "$concurrency" -j "$(nproc)" -T "$seconds" -D customer="$customer_id" \
+cost pgbench pgbench -n -M prepared -c "$concurrency" -j "$(nproc)" -T "$seconds" -D customer="$customer_id" \
     -f "$work/new_payment.sql" "$database_url" >"$work/pgbench.txt" 2>"$work/pgbench.err" ||
     { cat "$work/pgbench.err" >&2; exit 2; }
 
 measure new-payments new-payments "$concurrency"
+# The same statements at the rate payonce just reached: PostgreSQL's CPU per payment falls as
+# the rate rises (commits share WAL flushes, backends sleep less), so the cost is compared at equal
+# rates (the unthrottled run above is the limit).
+new_rate=$(python3 -c 'import json, sys; print(max(1, round(json.load(open(sys.argv[1]))["stats"]["throughput"])))' \
+    "$work/new-payments.json")
+echo "measuring: pgbench at $new_rate/s" >&2
+cost pgbench-at-rate pgbench -n -M prepared -c "$concurrency" -j "$(nproc)" -T "$seconds" -R "$new_rate" \
+    -D customer="$customer_id" -f "$work/new_payment.sql" "$database_url" >"$work/pgbench-at-rate.txt" \
+    2>"$work/pgbench.err" || { cat "$work/pgbench.err" >&2; exit 2; }
 measure replays replays "$replay_concurrency"
 measure replays-at-rate replays "$replay_concurrency" --rate "$replay_rate"
 measure unprotected unprotected "$concurrency"
@@ -139,6 +160,19 @@ print(f"    replays                    {replays['stats']['throughput']:6.0f}/s a
       f"{target(replays['stats']['throughput'] >= 5000 and replay_p99 <= 5)})")
 print(f"    storm                      {storm_stats['elapsed_secs'] * 1000:6.0f} ms, {storm_audit['charges']} charge "
       f"(target < 1 s and exactly 1: {target(storm_stats['elapsed_secs'] < 1 and storm_audit['charges'] == 1)})")
+sys.path.insert(0, "loadtest")
+import cost
+processed = lambda text: int(re.search(r"number of transactions actually processed: ([0-9]+)", text).group(1))
+at_rate_text = (work / "pgbench-at-rate.txt").read_text()
+at_rate_tps = float(re.search(r"tps = ([0-9.]+)", at_rate_text).group(1))
+cost.report(work, [
+    ("1 pgbench: one payment’s statements", "pgbench", processed(pgbench_text), "limit"),
+    (f"  the same at payonce's rate ({at_rate_tps:.0f}/s)", "pgbench-at-rate", processed(at_rate_text), "pgbench"),
+    ("2 new payments through payonce", "new-payments", new["stats"]["requests"], "new"),
+    (f"3 replays, {replay_concurrency} clients flat out", "replays", replays["stats"]["requests"], "replay"),
+    (f"  replays offered at {replay_rate}/s", "replays-at-rate", paced["stats"]["requests"], "replay"),
+    ("5 new payments, idempotency layer off", "unprotected", unprotected["stats"]["requests"], "other"),
+])
 failed = [name for name, run in [("new payments", new), ("replays", replays), ("paced replays", paced),
                                   ("unprotected", unprotected), ("storm", storm_run)]
           if not run["verdict"]["passed"]]

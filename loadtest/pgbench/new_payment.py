@@ -45,9 +45,9 @@ STATEMENTS = [
     ),
     (
         "create the payment (payments/process.rs, step 1, in the claim's transaction)",
-        "values ($1, $2, $3, $3, $4, $5, $6, $7, $8)",
+        "values ($1, $2, $3, $4, $5, $6, $7, $8, $11)",
         {
-            1: "gen_random_uuid()",  # payment id
+            1: "gen_random_uuid()",  # payment id (the request's identity)
             2: ":customer",
             3: ":key_id",
             4: "1000",
@@ -57,15 +57,16 @@ STATEMENTS = [
             8: "'{}'::jsonb",  # metadata
             9: ":token",
             10: "'pay_pgbench'",
+            11: "'automatic'",  # capture method
         },
     ),
     (
         "finish (payments/process.rs, step 3)",
-        "set state = 'completed', recovery_point = 'finished'",
+        "from idempotency_finish($1, $2, false, $3, $4, $5, jsonb_build_object('payment_status'",
         {
             1: ":key_id",
             2: ":token",
-            3: "201",
+            3: "201::int2",  # the status, bound as int2 by sqlx
             4: """'[["content-type","application/json"],["location","/v1/payments/pay_pgbench"]]'::jsonb""",
             5: "convert_to(repeat('x', 333), 'UTF8')",  # a body the size of a payment's JSON
             6: "'succeeded'",
@@ -76,6 +77,7 @@ STATEMENTS = [
             11: "null",  # next_action
             12: "1",  # backoff base, seconds
             13: "600",  # pending cap, seconds
+            14: "0",  # amount capturable (none left: captured)
         },
     ),
 ]
@@ -108,7 +110,7 @@ out = [
 ]
 for label, marker, values in STATEMENTS:
     query = substitute(find(marker), values).strip()
-    if marker.startswith("on conflict"):
+    if marker.startswith("on conflict (customer_id, key)"):
         # Keep the claim's work, project only what the next two statements need.
         head, _, _ = query.rpartition("select claimed as claimed")
         query = head + "select id as key_id, lease_token as token\n            from found"
