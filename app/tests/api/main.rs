@@ -33,6 +33,7 @@ mod reconcile;
 mod recovery;
 mod refunds;
 mod refusals;
+mod scale;
 mod schema;
 mod scoping;
 mod shop;
