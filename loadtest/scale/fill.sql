@@ -22,10 +22,12 @@ insert into customers (id, name, api_key_lookup, api_key_sha256)
 select id, 'scale-' || left(id::text, 8), 'scale_' || id::text, sha256(id::text::bytea) from fill_customers;
 
 create temporary table fill_plan on commit drop as
-with series as (
-    select i, current_setting('payonce.fill_keys')::int as total, now() as t0, gen_random_uuid() as run
-    from generate_series(1, current_setting('payonce.fill_keys')::int) as i
-    -- one row per run for the random `run` id
+with this_run as materialized (
+    -- one id for the whole run: its keys share a prefix, as one client's keys do
+    select gen_random_uuid() as run
+), series as (
+    select i, current_setting('payonce.fill_keys')::int as total, now() as t0, run
+    from generate_series(1, current_setting('payonce.fill_keys')::int) as i, this_run
 ), shaped as (
     select i, total, run,
            t0 - interval '7 days' * (1 - i::float8 / total) as created_at,
