@@ -332,17 +332,16 @@ pub async fn keys(
             order by (case when $5::uuid is null then k.id end) desc, k.id
             limit $6
         ), tombstones as (
-            -- A key deleted at its expiry (or by an operator) is listed as expired. Tombstones
-            -- name their route since this version; an older one is a refund's if a refund was
-            -- made under it (refunds keep their key's id), a payment's otherwise.
+            -- A key deleted at its expiry (or by an operator) is listed as expired. Every
+            -- tombstone names its route (migration 20261231000001 wrote it into older ones), so
+            -- the Operation filter reads idempotency_events_tombstone_route in key order.
             select e.key_id as id, e.id as event_id
             from idempotency_events e
             where e.kind = 'expired'
               and ($1::text is null or $1 = 'expired')
               and ($2::uuid is null or e.customer_id = $2)
               and ($3::text is null or e.detail->>'key' like $3 or e.key_id = any($14))
-              and ($11::text is null
-                   or coalesce(e.detail->>'route', (select $12::text from refunds r where r.key_id = e.key_id limit 1), $13::text) = $11)
+              and ($11::text is null or e.detail->>'route' = $11)
               and ($4::uuid is null or e.key_id < $4)
               and ($5::uuid is null or e.key_id > $5)
             order by (case when $5::uuid is null then e.key_id end) desc, e.key_id
@@ -446,27 +445,24 @@ pub async fn count_keys(pool: &PgPool, filter: &KeyFilter) -> sqlx::Result<Tally
                            or ($1 = 'in_flight' and k.state = 'processing' and k.locked_until > now())
                            or ($1 = 'stuck' and k.state = 'processing' and k.locked_until <= now()))
                       and ($2::uuid is null or k.customer_id = $2)
-                      and ($3::text is null or k.key like $3 or k.id = any($7))
+                      and ($3::text is null or k.key like $3 or k.id = any($5))
                       and ($4::text is null or k.route = $4)
                     order by k.id desc
-                    limit $8) s)
+                    limit $6) s)
              + (select count(*) from (
                     select from idempotency_events e
                     where e.kind = 'expired'
                       and ($1::text is null or $1 = 'expired')
                       and ($2::uuid is null or e.customer_id = $2)
-                      and ($3::text is null or e.detail->>'key' like $3 or e.key_id = any($7))
-                      and ($4::text is null
-                           or coalesce(e.detail->>'route', (select $5::text from refunds r where r.key_id = e.key_id limit 1), $6::text) = $4)
+                      and ($3::text is null or e.detail->>'key' like $3 or e.key_id = any($5))
+                      and ($4::text is null or e.detail->>'route' = $4)
                     order by e.key_id desc
-                    limit $8) s) as "count!"
+                    limit $6) s) as "count!"
         "#,
         filter.status,
         filter.customer,
         prefix,
         filter.route,
-        crate::refunds::ROUTE,
-        crate::payments::ROUTE,
         key_ids,
         COUNT_CAP + 1,
     )
