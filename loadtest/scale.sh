@@ -138,10 +138,10 @@ psql "$database_url" -qc "vacuum analyze" >&2
 fill_secs=$((SECONDS - fill_started))
 measure full
 
-python3 - "$work" "$keys" "$fill_secs" "$concurrency" "$replay_rate" "$duration" "$samples" "$profile" <<'PY'
+python3 - "$work" "$keys" "$fill_secs" "$concurrency" "$replay_rate" "$duration" "$samples" "$profile" "$payonce" <<'PY'
 import json, pathlib, platform, statistics, subprocess, sys
 
-work, keys, fill_secs, concurrency, replay_rate, duration, samples, profile = sys.argv[1:]
+work, keys, fill_secs, concurrency, replay_rate, duration, samples, profile, binary = sys.argv[1:]
 work = pathlib.Path(work)
 
 def pages(phase):
@@ -172,7 +172,7 @@ mb = lambda n: f"{n / 1048576:,.0f} MB" if n >= 1048576 else f"{n / 1024:,.0f} k
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
 rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 pg = subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout.strip()
-print(f"\npayonce scale benchmark: {profile} build {rev}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores ({cpu}), {pg}")
+print(f"\npayonce scale benchmark: {binary} at {rev}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores ({cpu}), {pg}")
 print(f"  empty database vs {int(keys):,} keys' history (filled in {fill_secs} s); {duration} per load measurement, "
       f"{samples} GETs per page\n")
 
