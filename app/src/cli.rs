@@ -626,6 +626,9 @@ async fn sweep(args: SweepArgs) -> CliResult {
     if args.once {
         let report = sweeper.sweep().await;
         eprintln!("{report:?}");
+        // The event writer ends when its last sender is gone, and the sweeper holds one: without
+        // this, `sweep --once` printed its report and then waited forever.
+        drop(sweeper);
     } else {
         sweeper.run(shutdown_signal()).await;
     }

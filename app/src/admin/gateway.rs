@@ -120,7 +120,7 @@ struct Audit {
     unmatched_total: usize,
     /// Succeeded payments with no charge in the ledger (e.g. the simulator was reset).
     uncharged: Vec<String>,
-    uncharged_total: i64,
+    uncharged_total: queries::Tally,
     /// Charges without payonce's metadata (made by another client of the simulator).
     foreign: usize,
 }

@@ -148,6 +148,8 @@ fn stuck_why(
 struct OverviewPage {
     chrome: Chrome,
     counts: Counts,
+    /// Where the counts stop.
+    cap: i64,
     chart: String,
     legend: Vec<LegendEntry>,
     /// The chart's numbers: one row per point, newest first.
@@ -197,6 +199,7 @@ async fn overview(State(state): State<AppState>, operator: Operator) -> Result<R
         rows,
         minutes: BUCKETS * BUCKET_SECS / 60,
         counts,
+        cap: queries::COUNT_CAP,
         chrome: operator.chrome(&state, "overview").await?,
     };
     page::render(StatusCode::OK, &page)
@@ -210,7 +213,8 @@ async fn overview(State(state): State<AppState>, operator: Operator) -> Result<R
 struct KeysPage {
     chrome: Chrome,
     rows: Vec<KeyRowView>,
-    total: i64,
+    /// How many keys match, counted to [`queries::COUNT_CAP`].
+    total: queries::Tally,
     q: String,
     /// (value, label, selected) for the status filter.
     statuses: Vec<(&'static str, &'static str, bool)>,
@@ -295,10 +299,11 @@ async fn keys(
     let operation = Op::named(&query.operation);
     let customer = parse_customer(&query.customer);
     let search = query.q.trim();
+    let search = if search.is_empty() { None } else { Some(queries::search(pool, search).await?) };
     let filter = KeyFilter {
         status: status.map(str::to_owned),
         customer,
-        search: (!search.is_empty()).then(|| search.to_owned()),
+        search,
         route: operation.map(|op| op.route().to_owned()),
     };
     let cursor = match (Uuid::try_parse(&query.before), Uuid::try_parse(&query.after)) {
@@ -310,6 +315,7 @@ async fn keys(
     let budget = queries::BudgetParams::of(&settings);
     let live = Liveness::of(&state);
     let result = queries::keys(pool, &filter, cursor, PAGE_SIZE, budget).await?;
+    let total = queries::count_keys(pool, &filter).await?;
     let first = result.rows.first().map(|row| row.id);
     let last = result.rows.last().map(|row| row.id);
     let rows = result
@@ -357,7 +363,7 @@ async fn keys(
         .collect();
     let page = KeysPage {
         rows,
-        total: result.total,
+        total,
         q: query.q.clone(),
         statuses: queries::STATUSES.iter().map(|(value, label)| (*value, *label, Some(*value) == status)).collect(),
         operations: Op::ALL.iter().map(|op| (op.name(), op.label(), operation == Some(*op))).collect(),

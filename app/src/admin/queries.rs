@@ -26,36 +26,90 @@ pub const STATUSES: [(&str, &str); 5] = [
     ("expired", "Expired"),
 ];
 
-/// Keys by status.
-#[derive(Debug, Default)]
-pub struct Counts {
-    pub in_flight: i64,
-    pub stuck: i64,
-    pub completed: i64,
-    pub failed: i64,
-    /// Keys expired within the event retention.
-    pub expired: i64,
+/// How far the dashboard counts: past it, a count says "10,000+". Counting stops there, so a
+/// count costs at most this many index entries however large the tables grow.
+pub const COUNT_CAP: i64 = 10_000;
+
+/// A count that stops at [`COUNT_CAP`]: `capped` when there are more.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    /// The rows counted, at most [`COUNT_CAP`].
+    pub count: i64,
+    /// Whether more rows than that match.
+    pub capped: bool,
 }
 
+impl Tally {
+    /// `counted` rows from a count limited to `COUNT_CAP + 1` rows.
+    pub fn of(counted: i64) -> Self {
+        Self { count: counted.min(COUNT_CAP), capped: counted > COUNT_CAP }
+    }
+
+    /// Whether nothing matched.
+    pub fn is_zero(self) -> bool {
+        self.count == 0
+    }
+
+    /// Whether exactly one row matched (for "1 key match").
+    pub fn is_one(self) -> bool {
+        self.count == 1 && !self.capped
+    }
+}
+
+impl std::fmt::Display for Tally {
+    /// `1,234`, or `10,000+` past the cap.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = crate::web::format::count(self.count);
+        if self.capped { write!(f, "{count}+") } else { f.write_str(&count) }
+    }
+}
+
+/// Keys by status, each count capped ([`Tally`]), and the planner's estimate of all keys.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub in_flight: Tally,
+    pub stuck: Tally,
+    pub completed: Tally,
+    pub failed: Tally,
+    /// Keys expired within the event retention (their tombstones).
+    pub expired: Tally,
+    /// `pg_class.reltuples` of the keys table: what the last ANALYZE (or autovacuum) counted,
+    /// shown as "≈"; `None` before the table was ever analyzed.
+    pub keys_estimate: Option<i64>,
+}
+
+/// The overview's counts. Each reads at most [`COUNT_CAP`] + 1 entries of an index that holds
+/// only its rows (or, for the completed keys that are most keys, the primary key newest first):
+/// none grows with the tables. The `order by` makes the planner walk the index rather than the
+/// table.
 pub async fn counts(pool: &PgPool) -> sqlx::Result<Counts> {
     let row = sqlx::query!(
         r#"
-        select count(*) filter (where state = 'processing' and locked_until > now()) as "in_flight!",
-               count(*) filter (where state = 'processing' and locked_until <= now()) as "stuck!",
-               count(*) filter (where state = 'completed') as "completed!",
-               count(*) filter (where state = 'failed') as "failed!",
-               (select count(*) from idempotency_events where kind = 'expired') as "expired!"
-        from idempotency_keys
-        "#
+        select (select count(*) from (select from idempotency_keys
+                                      where state = 'processing' and locked_until > now()
+                                      order by locked_until limit $1) s) as "in_flight!",
+               (select count(*) from (select from idempotency_keys
+                                      where state = 'processing' and locked_until <= now()
+                                      order by locked_until limit $1) s) as "stuck!",
+               (select count(*) from (select from idempotency_keys where state = 'completed'
+                                      order by id desc limit $1) s) as "completed!",
+               (select count(*) from (select from idempotency_keys where state = 'failed'
+                                      order by id desc limit $1) s) as "failed!",
+               (select count(*) from (select from idempotency_events where kind = 'expired'
+                                      order by key_id desc limit $1) s) as "expired!",
+               (select reltuples::int8 from pg_class where oid = 'idempotency_keys'::regclass) as keys_estimate
+        "#,
+        COUNT_CAP + 1,
     )
     .fetch_one(pool)
     .await?;
     Ok(Counts {
-        in_flight: row.in_flight,
-        stuck: row.stuck,
-        completed: row.completed,
-        failed: row.failed,
-        expired: row.expired,
+        in_flight: Tally::of(row.in_flight),
+        stuck: Tally::of(row.stuck),
+        completed: Tally::of(row.completed),
+        failed: Tally::of(row.failed),
+        expired: Tally::of(row.expired),
+        keys_estimate: row.keys_estimate.filter(|n| *n >= 0),
     })
 }
 
@@ -119,8 +173,6 @@ pub struct KeyRow {
     pub exhausted: Option<bool>,
     /// The last hand-over of the key: `released: <reason>`, `claimed`, `reclaimed`, …
     pub last_transition: Option<String>,
-    /// How many keys match the filter, cursor aside.
-    pub total: i64,
 }
 
 /// The budget the "why is it stuck" columns are computed with: this server's.
@@ -148,10 +200,71 @@ impl BudgetParams {
 pub struct KeyFilter {
     pub status: Option<String>,
     pub customer: Option<Uuid>,
-    /// A substring of the client's key.
-    pub search: Option<String>,
+    /// What the search box asked for.
+    pub search: Option<Search>,
     /// Only keys of this route (an operation of the registry, [`crate::operations::Op`]).
     pub route: Option<String>,
+}
+
+/// The keys table's search, in what an index can answer: the beginning of a client key, and the
+/// key behind a payment (`pay_…`), a PaymentIntent (`pi_…`) or a refund (`re_…`) named exactly.
+/// Never a substring of the key, which no index serves: `%x%` reads every key.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Search {
+    /// A `like` pattern: the text typed, its `%`, `_` and `\` escaped, then `%`.
+    pub prefix: String,
+    /// The keys of the payments or refunds the text names (none when it names none).
+    pub key_ids: Vec<Uuid>,
+}
+
+/// `text` as the beginning of a `like` pattern: its wildcards taken literally.
+pub fn like_prefix(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 1);
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+/// The search for `text` (trimmed, not empty): a key prefix, and the keys of the payment, the
+/// PaymentIntent or the refund it names.
+pub async fn search(pool: &PgPool, text: &str) -> sqlx::Result<Search> {
+    let payment = crate::payments::PaymentId::parse(text).map(|id| id.0);
+    let refund = crate::refunds::RefundId::parse(text).map(|id| id.0);
+    let payment_intent = text.starts_with("pi_").then_some(text);
+    let key_ids = if payment.is_none() && refund.is_none() && payment_intent.is_none() {
+        Vec::new()
+    } else {
+        key_ids_of(pool, payment, payment_intent, refund).await?
+    };
+    Ok(Search { prefix: like_prefix(text), key_ids })
+}
+
+/// The keys that made a payment (by id or PaymentIntent id) or a refund (by id).
+pub async fn key_ids_of(
+    pool: &PgPool,
+    payment: Option<Uuid>,
+    payment_intent: Option<&str>,
+    refund: Option<Uuid>,
+) -> sqlx::Result<Vec<Uuid>> {
+    sqlx::query_scalar!(
+        r#"
+        select key_id as "key_id!" from payments
+        where key_id is not null
+          and (($1::uuid is not null and id = $1) or ($2::text is not null and gateway_payment_intent_id = $2))
+        union
+        select key_id from refunds where $3::uuid is not null and id = $3
+        "#,
+        payment,
+        payment_intent,
+        refund,
+    )
+    .fetch_all(pool)
+    .await
 }
 
 /// Where a page of the keys table starts.
@@ -169,13 +282,19 @@ pub enum Cursor {
 /// older and newer ones beyond it.
 pub struct KeyPage {
     pub rows: Vec<KeyRow>,
-    pub total: i64,
     pub has_older: bool,
     pub has_newer: bool,
 }
 
 /// A page of the keys table: the keys that exist, and the tombstones of expired ones (from their
 /// `expired` events, which carry the client key and the final state since this version).
+///
+/// Paged by keyset: each side (keys, tombstones) is read newest first from the cursor along an
+/// index in id order (the primary key, the failed keys' index, the tombstones' index; a search
+/// or an in-flight filter reads its few rows by their own index and sorts them), at most a page
+/// of each, and only the page's rows are then joined and computed. The filters are written so
+/// that the plan made for the parameters given drops those not asked for (`$1 is null or …`
+/// folds to true), which lets the planner pick the index that serves the rest.
 pub async fn keys(
     pool: &PgPool,
     filter: &KeyFilter,
@@ -188,13 +307,51 @@ pub async fn keys(
         Cursor::Before(id) => (Some(id), None),
         Cursor::After(id) => (None, Some(id)),
     };
+    let (prefix, key_ids) = match &filter.search {
+        Some(search) => (Some(search.prefix.as_str()), search.key_ids.as_slice()),
+        None => (None, &[][..]),
+    };
     // One extra row says whether the page has a neighbour in the direction of travel. A page
     // after a cursor is read oldest first (the rows just newer than it) and turned around below.
     let mut rows = sqlx::query_as!(
         KeyRow,
         r#"
-        with keyed as (
-            select k.id, k.key, k.customer_id, c.name as customer_name, k.route,
+        with live as (
+            select k.id, null::int8 as event_id
+            from idempotency_keys k
+            where ($1::text is null
+                   or ($1 = 'completed' and k.state = 'completed')
+                   or ($1 = 'failed' and k.state = 'failed')
+                   or ($1 = 'in_flight' and k.state = 'processing' and k.locked_until > now())
+                   or ($1 = 'stuck' and k.state = 'processing' and k.locked_until <= now()))
+              and ($2::uuid is null or k.customer_id = $2)
+              and ($3::text is null or k.key like $3 or k.id = any($14))
+              and ($11::text is null or k.route = $11)
+              and ($4::uuid is null or k.id < $4)
+              and ($5::uuid is null or k.id > $5)
+            order by (case when $5::uuid is null then k.id end) desc, k.id
+            limit $6
+        ), tombstones as (
+            -- A key deleted at its expiry (or by an operator) is listed as expired. Every
+            -- tombstone names its route (migration 20261231000201 wrote it into older ones), so
+            -- the Operation filter reads idempotency_events_tombstone_route in key order.
+            select e.key_id as id, e.id as event_id
+            from idempotency_events e
+            where e.kind = 'expired'
+              and ($1::text is null or $1 = 'expired')
+              and ($2::uuid is null or e.customer_id = $2)
+              and ($3::text is null or e.detail->>'key' like $3 or e.key_id = any($14))
+              and ($11::text is null or e.detail->>'route' = $11)
+              and ($4::uuid is null or e.key_id < $4)
+              and ($5::uuid is null or e.key_id > $5)
+            order by (case when $5::uuid is null then e.key_id end) desc, e.key_id
+            limit $6
+        ), page as (
+            select * from (select * from live union all select * from tombstones) both_sides
+            order by (case when $5::uuid is null then id end) desc, id
+            limit $6
+        ), shown as (
+            select k.id, k.key, c.name as customer_name, k.route,
                    case when k.state = 'processing' and k.locked_until > now() then 'in_flight'
                         when k.state = 'processing' then 'stuck'
                         else k.state end as status,
@@ -215,50 +372,35 @@ pub async fn keys(
                        from idempotency_events e
                        where e.key_id = k.id and e.kind in ('claimed', 'reclaimed', 'released', 'lease_lost')
                        order by e.id desc limit 1) end as last_transition
-            from idempotency_keys k
+            from page p
+            join idempotency_keys k on k.id = p.id
             join customers c on c.id = k.customer_id
-            where ($2::uuid is null or k.customer_id = $2)
-              and ($3::text is null or strpos(k.key, $3) > 0)
-              and ($1::text is null or $1 <> 'expired')
+            where p.event_id is null
             union all
-            -- The tombstones: a key deleted at its expiry (or by an operator) is listed as expired.
-            -- Tombstones name their route since this version; an older one is a refund's if a refund
-            -- was made under it (refunds keep their key's id), a payment's otherwise.
-            select e.key_id, coalesce(e.detail->>'key', '(unknown: expired before payonce kept it)'), e.customer_id,
+            select e.key_id, coalesce(e.detail->>'key', '(unknown: expired before payonce kept it)'),
                    coalesce(c.name, '(deleted customer)'),
-                   coalesce(e.detail->>'route',
-                            case when exists (select from refunds r where r.key_id = e.key_id) then $12::text else $13::text end),
+                   coalesce(e.detail->>'route', (select $12::text from refunds r where r.key_id = e.key_id limit 1), $13::text),
                    'expired',
                    coalesce(e.detail->>'recovery_point', 'finished'), coalesce(e.lease_token, 0), null,
                    coalesce((e.detail->>'attempts')::int4, 0), (e.detail->>'response_status')::int2,
                    e.created_at - coalesce((e.detail->>'age_secs')::float8, 0) * interval '1 second',
                    extract(epoch from now() - e.created_at)::float8 + coalesce((e.detail->>'age_secs')::float8, 0),
                    null, null, null, null, null, null
-            from idempotency_events e
+            from page p
+            join idempotency_events e on e.id = p.event_id
             left join customers c on c.id = e.customer_id
-            where e.kind = 'expired'
-              and ($1::text is null or $1 = 'expired')
-              and ($2::uuid is null or e.customer_id = $2)
-              and ($3::text is null or strpos(e.detail->>'key', $3) > 0)
-        ), matching as (
-            -- Counted after every filter, before paging: the total is what the filters match.
-            select *, count(*) over () as total from keyed
-            where ($1::text is null or status = $1) and ($11::text is null or route = $11)
         )
         select id as "id!", key as "key!", customer_name as "customer_name!", route as "route!",
                status as "status!", recovery_point as "recovery_point!", lease_token as "lease_token!",
                lease_owner, attempts as "attempts!", response_status, created_at as "created_at!",
                age_secs as "age_secs!", lease_remaining_secs, heartbeat_age_secs, held_secs, next_attempt_secs, exhausted,
-               last_transition, total as "total!"
-        from matching
-        where ($4::uuid is null or id < $4)
-          and ($5::uuid is null or id > $5)
+               last_transition
+        from shown
         order by (case when $5::uuid is null then id end) desc, id
-        limit $6
         "#,
         filter.status,
         filter.customer,
-        filter.search,
+        prefix,
         before,
         after,
         limit + 1,
@@ -269,6 +411,7 @@ pub async fn keys(
         filter.route,
         crate::refunds::ROUTE,
         crate::payments::ROUTE,
+        key_ids,
     )
     .fetch_all(pool)
     .await?;
@@ -282,8 +425,50 @@ pub async fn keys(
             (true, more)
         }
     };
-    let total = rows.first().map_or(0, |row| row.total);
-    Ok(KeyPage { rows, total, has_older, has_newer })
+    Ok(KeyPage { rows, has_older, has_newer })
+}
+
+/// How many keys (and tombstones) `filter` matches, counted to [`COUNT_CAP`]: the same filters as
+/// [`keys`], each side read along the same index, at most `COUNT_CAP + 1` entries each.
+pub async fn count_keys(pool: &PgPool, filter: &KeyFilter) -> sqlx::Result<Tally> {
+    let (prefix, key_ids) = match &filter.search {
+        Some(search) => (Some(search.prefix.as_str()), search.key_ids.as_slice()),
+        None => (None, &[][..]),
+    };
+    let counted = sqlx::query_scalar!(
+        r#"
+        select (select count(*) from (
+                    select from idempotency_keys k
+                    where ($1::text is null
+                           or ($1 = 'completed' and k.state = 'completed')
+                           or ($1 = 'failed' and k.state = 'failed')
+                           or ($1 = 'in_flight' and k.state = 'processing' and k.locked_until > now())
+                           or ($1 = 'stuck' and k.state = 'processing' and k.locked_until <= now()))
+                      and ($2::uuid is null or k.customer_id = $2)
+                      and ($3::text is null or k.key like $3 or k.id = any($5))
+                      and ($4::text is null or k.route = $4)
+                    order by k.id desc
+                    limit $6) s)
+             + (select count(*) from (
+                    select from idempotency_events e
+                    where e.kind = 'expired'
+                      and ($1::text is null or $1 = 'expired')
+                      and ($2::uuid is null or e.customer_id = $2)
+                      and ($3::text is null or e.detail->>'key' like $3 or e.key_id = any($5))
+                      and ($4::text is null or e.detail->>'route' = $4)
+                    order by e.key_id desc
+                    limit $6) s) as "count!"
+        "#,
+        filter.status,
+        filter.customer,
+        prefix,
+        filter.route,
+        key_ids,
+        COUNT_CAP + 1,
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Tally::of(counted))
 }
 
 /// A customer, for the filter's list.
@@ -392,8 +577,7 @@ pub async fn tombstone(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Option<Tombs
         select e.detail->>'key' as key, e.customer_id, c.name as "customer_name?",
                e.detail->>'state' as state, (e.detail->>'response_status')::int2 as response_status,
                e.detail->>'by' as by, (e.detail->>'attempts')::int4 as attempts, e.created_at as expired_at,
-               coalesce(e.detail->>'route',
-                        case when exists (select from refunds r where r.key_id = e.key_id) then $2::text else $3::text end)
+               coalesce(e.detail->>'route', (select $2::text from refunds r where r.key_id = e.key_id limit 1), $3::text)
                    as "route!"
         from idempotency_events e
         left join customers c on c.id = e.customer_id
@@ -461,21 +645,27 @@ pub async fn payments_by_id(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<Aud
     .await
 }
 
-/// Succeeded payments whose id is not among `charged` (at most `limit`), and how many there are.
-pub async fn succeeded_without_charge(pool: &PgPool, charged: &[Uuid], limit: i64) -> sqlx::Result<(Vec<Uuid>, i64)> {
+/// Succeeded payments whose id is not among `charged` (at most `limit`, the newest keys' first),
+/// and how many there are, counted to [`COUNT_CAP`]. Read along payments_key_id (key ids are
+/// uuid v7, in time order; the lab's payments have no key and come first): never all payments.
+pub async fn succeeded_without_charge(pool: &PgPool, charged: &[Uuid], limit: i64) -> sqlx::Result<(Vec<Uuid>, Tally)> {
     let rows = sqlx::query!(
         r#"
-        select id, count(*) over () as "total!"
-        from payments
-        where status = 'succeeded' and not (id = any($1))
-        order by created_at desc limit $2
+        select id as "id!", count(*) over () as "counted!"
+        from (select id, key_id from payments
+              where status = 'succeeded' and not (id = any($1))
+              order by key_id desc nulls first
+              limit $3) s
+        order by key_id desc nulls first
+        limit $2
         "#,
         charged,
         limit,
+        COUNT_CAP + 1,
     )
     .fetch_all(pool)
     .await?;
-    let total = rows.first().map_or(0, |row| row.total);
+    let total = Tally::of(rows.first().map_or(0, |row| row.counted));
     Ok((rows.into_iter().map(|row| row.id).collect(), total))
 }
 
@@ -626,4 +816,29 @@ pub async fn refunds_of(pool: &PgPool, payment: Uuid) -> sqlx::Result<Vec<Paymen
     )
     .fetch_all(pool)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A count past the cap says so; below it, it is exact; "1 key" only when exactly one.
+    #[test]
+    fn tallies() {
+        assert_eq!(Tally::of(0).to_string(), "0");
+        assert!(Tally::of(0).is_zero() && !Tally::of(1).is_zero());
+        assert_eq!(Tally::of(1_234).to_string(), "1,234");
+        assert_eq!(Tally::of(COUNT_CAP).to_string(), "10,000");
+        assert_eq!(Tally::of(COUNT_CAP + 1).to_string(), "10,000+");
+        assert_eq!(Tally::of(COUNT_CAP * 3).to_string(), "10,000+", "two sides counted to the cap each");
+        assert!(Tally::of(1).is_one() && !Tally::of(2).is_one());
+    }
+
+    /// The search's text is taken literally: its `%`, `_` and `\` match only themselves.
+    #[test]
+    fn like_prefixes() {
+        assert_eq!(like_prefix("order-12"), "order-12%");
+        assert_eq!(like_prefix("50%_off\\"), "50\\%\\_off\\\\%");
+        assert_eq!(like_prefix(""), "%");
+    }
 }

@@ -34,6 +34,7 @@ mod recovery;
 mod refunds;
 mod refusals;
 mod retention;
+mod scale;
 mod schema;
 mod scoping;
 mod shop;

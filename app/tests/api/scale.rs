@@ -1,0 +1,664 @@
+//! At scale, no request path and no dashboard page reads a table that grows from end to end.
+//!
+//! A database is filled with enough history (loadtest/scale/fill.sql, the same rows
+//! loadtest/scale.sh measures with) that the planner reads a table whole only when no index serves
+//! a query, then every query the API's requests, the webhooks and the dashboard's pages run is
+//! EXPLAINed with realistic parameters: a Seq Scan on a table that grows fails the test, naming
+//! the query.
+//!
+//! The SQL is not copied here: it is read from `.sqlx/`, where the query macros' own text is kept
+//! (the build uses it offline, so a query changed without `.ci/sqlx-prepare` does not compile),
+//! and each text is checked to appear verbatim in `app/src/`. A case names its query by a
+//! fragment that must match exactly one of them; every query on a growing table must be a case
+//! or be listed in [`NOT_EXPLAINED`] with the reason. Each EXPLAIN is of a statement prepared with
+//! the parameters' types and executed with their values: the plan PostgreSQL makes for those
+//! values, as for a query's first executions on a connection.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sqlx::{Connection, PgConnection};
+
+use crate::helpers::TestDatabase;
+
+/// The tables that grow with the traffic (and their partitions, named after them).
+const GROWING: &[&str] = &["idempotency_keys", "idempotency_events", "payments", "refunds", "webhook_events"];
+
+/// How many keys' worth of history the test database gets: enough that a table read whole costs
+/// the planner thousands of pages, and filled in seconds.
+const FILL_KEYS: i64 = 100_000;
+
+/// Queries on growing tables that are not EXPLAINed, and why.
+const NOT_EXPLAINED: &[(&str, &str)] = &[
+    ("truncate idempotency_events", "the workshop's reset: empties the tables on purpose"),
+    ("from idempotency_finish(", "a function call: its statements are inside idempotency_finish, by primary key"),
+    ("insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)\n        values", "an insert"),
+    ("select * from unnest($1::uuid[]", "an insert"),
+    ("insert into idempotency_events (key_id, customer_id, kind, detail) values", "an insert"),
+    ("insert into payments (id, customer_id, amount, currency, payment_method, description, metadata)\n", "an insert"),
+    ("insert into webhook_events (id, type, created, effect, customer_id)", "an insert"),
+    ("with done as (\n            update lab_keys", "the lab's store: its own table by primary key, then an insert"),
+];
+
+/// A query's text and its parameters' types, as `.sqlx/` describes it.
+struct Described {
+    sql: String,
+    types: Vec<String>,
+}
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+/// Every query macro's text and parameter types.
+fn described() -> Vec<Described> {
+    let mut queries = Vec::new();
+    for entry in std::fs::read_dir(repository().join(".sqlx")).expect(".sqlx/ (run .ci/sqlx-prepare)") {
+        let path = entry.unwrap().path();
+        let json: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let types = json["describe"]["parameters"]["Left"]
+            .as_array()
+            .map(|types| types.iter().map(|t| pg_type(t.as_str().unwrap())).collect())
+            .unwrap_or_default();
+        queries.push(Described { sql: json["query"].as_str().unwrap().to_owned(), types });
+    }
+    queries
+}
+
+/// sqlx's name of a parameter type as PostgreSQL's (`UuidArray` is `uuid[]`).
+fn pg_type(sqlx: &str) -> String {
+    match sqlx.strip_suffix("Array") {
+        Some(element) => format!("{}[]", pg_type(element)),
+        None => sqlx.to_lowercase(),
+    }
+}
+
+/// The source of the crate, for checking that a described query is one the code holds.
+fn sources() -> String {
+    fn walk(dir: &Path, out: &mut String) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                out.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(&repository().join("app/src"), &mut out);
+    out
+}
+
+/// The relations a plan reads with a sequential scan.
+fn seq_scans(plan: &Value, found: &mut Vec<String>) {
+    if plan["Node Type"] == "Seq Scan" {
+        found.push(plan["Relation Name"].as_str().unwrap_or("?").to_owned());
+    }
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        seq_scans(child, found);
+    }
+}
+
+/// Whether `relation` is a growing table or one of its partitions.
+fn grows(relation: &str) -> bool {
+    GROWING.iter().any(|table| relation == *table || relation.starts_with(&format!("{table}_")))
+}
+
+/// The growing tables a query's plan reads whole, for `params` (SQL literals).
+async fn full_scans(db: &mut PgConnection, sql: &str, types: &[String], params: &[String]) -> Vec<String> {
+    let prepare = if types.is_empty() {
+        format!("prepare scale_q as {sql}")
+    } else {
+        format!("prepare scale_q({}) as {sql}", types.join(", "))
+    };
+    sqlx::raw_sql(&prepare).execute(&mut *db).await.unwrap_or_else(|err| panic!("{err}: {sql}"));
+    let execute = if params.is_empty() {
+        "execute scale_q".to_owned()
+    } else {
+        format!("execute scale_q({})", params.join(", "))
+    };
+    let explained: Result<Value, _> =
+        sqlx::query_scalar(&format!("explain (format json) {execute}")).fetch_one(&mut *db).await;
+    sqlx::raw_sql("deallocate scale_q").execute(&mut *db).await.unwrap();
+    let plan = explained.unwrap_or_else(|err| panic!("{err}: {execute}"));
+    let mut found = Vec::new();
+    seq_scans(&plan[0]["Plan"], &mut found);
+    found.retain(|relation| grows(relation));
+    found
+}
+
+/// A SQL literal of `value`.
+fn lit(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// Real rows of the filled database, as SQL literals, for the cases' parameters.
+struct Samples(BTreeMap<&'static str, String>);
+
+impl Samples {
+    async fn read(db: &mut PgConnection) -> Self {
+        let picks: &[(&'static str, &str)] = &[
+            (
+                "key_id",
+                "select id::text from idempotency_keys where state = 'completed' and route = '/v1/payments' order by id desc offset 1000 limit 1",
+            ),
+            (
+                "stuck_id",
+                "select id::text from idempotency_keys where state = 'processing' and locked_until <= now() limit 1",
+            ),
+            (
+                "tomb_id",
+                "select key_id::text from idempotency_events where kind = 'expired' order by key_id desc offset 100 limit 1",
+            ),
+            ("refund_key_id", "select key_id::text from refunds order by key_id desc offset 100 limit 1"),
+            ("refund_id", "select id::text from refunds order by key_id desc offset 100 limit 1"),
+            ("gateway_refund", "select gateway_refund_id from refunds order by key_id desc offset 100 limit 1"),
+            ("webhook_id", "select id from webhook_events order by received_at desc offset 100 limit 1"),
+        ];
+        let mut values = BTreeMap::new();
+        for (name, sql) in picks {
+            let value: String = sqlx::query_scalar(sql).fetch_one(&mut *db).await.unwrap();
+            values.insert(*name, lit(&value));
+        }
+        let key_id = values["key_id"].clone();
+        let of_key: &[(&'static str, &str)] = &[
+            ("customer_id", "select customer_id::text from idempotency_keys where id = $1::uuid"),
+            ("key", "select key from idempotency_keys where id = $1::uuid"),
+            ("payment_id", "select id::text from payments where key_id = $1::uuid"),
+            ("payment_intent", "select gateway_payment_intent_id from payments where key_id = $1::uuid"),
+        ];
+        let key_id = key_id.trim_matches('\'').to_owned();
+        for (name, sql) in of_key {
+            let value: String = sqlx::query_scalar(sql).bind(&key_id).fetch_one(&mut *db).await.unwrap();
+            values.insert(*name, lit(&value));
+        }
+        let prefix = &values["key"][1..values["key"].len() - 4];
+        values.insert("prefix", format!("'{}%'", prefix.replace('_', "\\_")));
+        Self(values)
+    }
+
+    /// `$name` replaced by the sample, in each parameter.
+    fn fill(&self, params: &[&str]) -> Vec<String> {
+        params
+            .iter()
+            .map(|param| {
+                let mut param = (*param).to_owned();
+                for (name, value) in self.0.iter().rev() {
+                    param = param.replace(&format!("${name}"), value);
+                }
+                param
+            })
+            .collect()
+    }
+}
+
+/// One query and the parameters a request or a page gives it: SQL literals, `$name` for a
+/// [`Samples`] value.
+struct Case {
+    name: &'static str,
+    /// A fragment of its text that no other query has.
+    needle: &'static str,
+    params: Vec<&'static str>,
+}
+
+fn case(name: &'static str, needle: &'static str, params: &[&'static str]) -> Case {
+    Case { name, needle, params: params.to_vec() }
+}
+
+/// Every query on a growing table the request paths, the sweeper and the dashboard run.
+fn cases() -> Vec<Case> {
+    // The budget: max attempts, horizon, backoff base and cap.
+    const B: [&str; 4] = ["10", "86400.0", "1.0", "60.0"];
+    let mut cases = vec![
+        // The API: claim, replay, the lease, the finish.
+        case(
+            "claim",
+            "on conflict (customer_id, key) do nothing",
+            &[
+                "gen_random_uuid()",
+                "$customer_id",
+                "$key",
+                "'POST'",
+                "'/v1/payments'",
+                "sha256('x'::bytea)",
+                "'{}'",
+                "'owner'",
+                "30.0",
+                "86400.0",
+                B[0],
+                B[1],
+                B[2],
+                B[3],
+                "'started'",
+            ],
+        ),
+        case(
+            "reclaim",
+            "with reclaimed as (\n                update idempotency_keys",
+            &["$stuck_id", "1", "'owner'", "30.0", B[0], B[1], B[2], B[3]],
+        ),
+        case(
+            "replay's stored response",
+            "where customer_id = $1 and key = $2 and route = $3",
+            &["$customer_id", "$key", "'/v1/payments'"],
+        ),
+        case(
+            "heartbeat",
+            "set locked_until = now() + $3 * interval '1 second', updated_at = now()",
+            &["$stuck_id", "1", "30.0"],
+        ),
+        case(
+            "release",
+            "with released as (\n                update idempotency_keys\n                   set locked_until = now()",
+            &["$stuck_id", "1", "'gateway timeout'", "null", B[0], B[1], B[2], B[3]],
+        ),
+        case("advance", "with advanced as (", &["$stuck_id", "1", "'started'", "'payment_created'", "null"]),
+        // Payments.
+        case(
+            "payment created",
+            "on conflict (id, customer_id) do nothing\n            returning created_at",
+            &[
+                "gen_random_uuid()",
+                "$customer_id",
+                "$stuck_id",
+                "1000",
+                "'usd'",
+                "'pm_card_visa'",
+                "null",
+                "'{}'",
+                "1",
+                "'pay_x'",
+                "'automatic'",
+            ],
+        ),
+        case(
+            "payment finished",
+            "where p.key_id = finished.key_id",
+            &[
+                "$stuck_id",
+                "1",
+                "201",
+                "'{}'",
+                "'\\x00'",
+                "'succeeded'",
+                "$payment_intent",
+                "null",
+                "null",
+                "null",
+                "null",
+                "1.0",
+                "60.0",
+                "0",
+            ],
+        ),
+        case(
+            "payment failed",
+            "with failed as (\n            update idempotency_keys",
+            &["$stuck_id", "1", "502", "'{}'", "'\\x00'", "'no charge'"],
+        ),
+        case(
+            "lab payment's outcome",
+            "set status = $2, gateway_payment_intent_id = $3,",
+            &["$payment_id", "'succeeded'", "$payment_intent", "null", "null", "null"],
+        ),
+        case("payment by key", "from payments\n        where key_id = $1\n", &["$key_id"]),
+        case(
+            "payment by id",
+            "amount_captured, created_at\n        from payments\n        where id = $1 and customer_id = $2",
+            &["$payment_id", "$customer_id"],
+        ),
+        case(
+            "payments list",
+            "(created_at, id) < (select created_at, id from payments where id = $2)",
+            &["$customer_id", "$payment_id", "11"],
+        ),
+        case(
+            "payment moved (webhook, reconcile)",
+            "with before as (\n            select id, status, key_id",
+            &[
+                "$payment_id",
+                "'succeeded'",
+                "$payment_intent",
+                "null",
+                "null",
+                "null",
+                "null",
+                "now()",
+                "1.0",
+                "60.0",
+                "'webhook'",
+                "'{}'",
+                "0",
+                "1000",
+            ],
+        ),
+        case(
+            "payment webhook target",
+            "where id = $1 or gateway_payment_intent_id = $2 or id = $3 or key_id = $3",
+            &["$payment_id", "$payment_intent", "null", "'succeeded'", "now()"],
+        ),
+        case("payment reconcile soon", "update payments set reconcile_at = now() where id = $1", &["$payment_id"]),
+        case(
+            "payments due",
+            "select id from payments\n            where reconcile_at <= now()",
+            &["50", "1.0", "60.0"],
+        ),
+        // Captures.
+        case(
+            "capture claim",
+            "with target as (",
+            &["$payment_id", "$customer_id", "'capture'", "$stuck_id", "null", "'capture_created'", "1", "'pay_x'"],
+        ),
+        case(
+            "capture outcome",
+            "amount_captured = case when status = 'requires_capture' and $2 = 'succeeded'",
+            &["$payment_id", "'succeeded'", "1000", "false"],
+        ),
+        // Refunds.
+        case(
+            "refund's payment",
+            "exists (select from refunds where id = $3)",
+            &["$payment_id", "$customer_id", "$refund_id"],
+        ),
+        case(
+            "refund reserved",
+            "with reserved as (",
+            &[
+                "gen_random_uuid()",
+                "$customer_id",
+                "$payment_id",
+                "100",
+                "$stuck_id",
+                "null",
+                "'{}'",
+                "1",
+                "'re_x'",
+                "'pay_x'",
+                "null",
+            ],
+        ),
+        case(
+            "refund finished",
+            "where key_id = $1 and status = 'pending'",
+            &["$refund_key_id", "'succeeded'", "$gateway_refund", "null", "null", "1.0", "60.0"],
+        ),
+        case(
+            "refund by key (recovery)",
+            "select status, gateway_refund_id, failure_code, failure_message from refunds where key_id = $1",
+            &["$refund_key_id"],
+        ),
+        case("refund by key", "from refunds r join payments p on p.id = r.payment_id", &["$refund_key_id"]),
+        case(
+            "refund by id",
+            "from refunds\n        where id = $1 and customer_id = $2\n",
+            &["$refund_id", "$customer_id"],
+        ),
+        case(
+            "refunds list",
+            "(created_at, id) < (select created_at, id from refunds where id = $3)",
+            &["$customer_id", "$payment_id", "null", "11"],
+        ),
+        case(
+            "refund moved",
+            "reversed_at = case when status = 'succeeded'",
+            &["$refund_id", "'succeeded'", "$gateway_refund", "null", "null"],
+        ),
+        case(
+            "refund webhook target",
+            "from refunds\n        where id = $1 or gateway_refund_id = $2",
+            &["$refund_id", "$gateway_refund", "null"],
+        ),
+        case(
+            "refund webhook's payment",
+            "from payments p left join refunds r on r.payment_id = p.id",
+            &["$payment_intent", "$refund_key_id"],
+        ),
+        case("refund status for update", "select status from refunds where id = $1 for update", &["$refund_id"]),
+        case("refunds due", "select id from refunds\n            where reconcile_at <= now()", &["50", "1.0", "60.0"]),
+        // The webhook inbox.
+        case(
+            "inbox effect",
+            "update webhook_events set effect = $2",
+            &["$webhook_id", "'applied'", "$payment_id", "null", "$key_id", "$customer_id"],
+        ),
+        case("inbox's key", "from webhook_events\n        where id = $1 and key_id is not null", &["$webhook_id"]),
+        case("inbox retention", "delete from webhook_events", &["604800.0", "1000"]),
+        // The sweeper and the operator's actions.
+        case("sweeper: abandoned keys", "with abandoned as (", &["'sweeper'", "50", B[0], B[1], B[2], B[3], "30.0"]),
+        case("reaper", "with doomed as (", &["500"]),
+        case("events retention", "delete from idempotency_events\n            where id in (", &["604800.0", "1000"]),
+        case(
+            "operator release",
+            "locked_until <= now()\n                returning id, customer_id, lease_token, recovery_point",
+            &["$stuck_id", "1", "'operator:alice'"],
+        ),
+        case(
+            "operator expire",
+            "with expired as (\n                delete from idempotency_keys",
+            &["$key_id", "1", "'operator:alice'"],
+        ),
+        case("operator's look at a key", "coalesce(locked_until > now(), false)", &["$key_id"]),
+        // The dashboard.
+        case("overview counts", "as \"in_flight!\"", &["10001"]),
+        case(
+            "overview chart",
+            "floor(extract(epoch from now() - created_at)",
+            &["array['completed', 'failed', 'replayed', 'conflict', 'mismatch']", "30.0", "30.0"],
+        ),
+        case("refusal banner", "where kind = 'refused' and created_at", &["300.0"]),
+        case(
+            "search by payment or PaymentIntent id",
+            "select key_id as \"key_id!\" from payments",
+            &["$payment_id", "null", "null"],
+        ),
+        case(
+            "search by PaymentIntent id",
+            "select key_id as \"key_id!\" from payments",
+            &["null", "$payment_intent", "null"],
+        ),
+        case("search by refund id", "select key_id as \"key_id!\" from payments", &["null", "null", "$refund_id"]),
+        case("key page", "k.request,\n", &["$key_id", B[0], B[1], B[2], B[3]]),
+        case("key page: tombstone", "e.detail->>'by' as by", &["$tomb_id", "'/v1/refunds'", "'/v1/payments'"]),
+        case(
+            "key page: timeline",
+            "from idempotency_events where key_id = $1\n        order by id desc limit 500",
+            &["$key_id"],
+        ),
+        case("payment page", "p.capture_method, p.amount_captured", &["$payment_id"]),
+        case("payment page: refunds", "where r.payment_id = $1", &["$payment_id"]),
+        case(
+            "gateway audit: repeated payments",
+            "as \"expired!\"\n        from payments p",
+            &["array[$payment_id]::uuid[]"],
+        ),
+        case(
+            "gateway audit: uncharged",
+            "count(*) over () as \"counted!\"",
+            &["array[$payment_id]::uuid[]", "10", "10001"],
+        ),
+        case(
+            "gateway audit: key links",
+            "join unnest($1::uuid[], $2::text[])",
+            &["array[$customer_id]::uuid[]", "array[$key]::text[]"],
+        ),
+    ];
+    // The keys table and its count: every status, each filter, the search, both cursors.
+    let statuses = ["null", "'in_flight'", "'stuck'", "'completed'", "'failed'", "'expired'"];
+    let searches = [("null", "'{}'"), ("$prefix", "'{}'"), ("'pay\\_%'", "array[$key_id]::uuid[]")];
+    for status in statuses {
+        for (prefix, ids) in searches {
+            let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+            let name = leak(format!("keys table, state {status}, search {prefix}"));
+            cases.push(Case {
+                name,
+                needle: "with live as (",
+                params: vec![
+                    status,
+                    "null",
+                    prefix,
+                    "null",
+                    "null",
+                    "26",
+                    B[0],
+                    B[1],
+                    B[2],
+                    B[3],
+                    "null",
+                    "'/v1/refunds'",
+                    "'/v1/payments'",
+                    ids,
+                ],
+            });
+            cases.push(Case {
+                name: leak(format!("keys count, state {status}, search {prefix}")),
+                needle: "+ (select count(*) from (",
+                params: vec![status, "null", prefix, "null", ids, "10001"],
+            });
+        }
+    }
+    for (name, before, after) in
+        [("keys table, older page", "$key_id", "null"), ("keys table, newer page", "null", "$key_id")]
+    {
+        cases.push(Case {
+            name,
+            needle: "with live as (",
+            params: vec![
+                "null",
+                "null",
+                "null",
+                before,
+                after,
+                "26",
+                B[0],
+                B[1],
+                B[2],
+                B[3],
+                "null",
+                "'/v1/refunds'",
+                "'/v1/payments'",
+                "'{}'",
+            ],
+        });
+    }
+    for route in ["'/v1/refunds'", "'/v1/payments'"] {
+        cases.push(Case {
+            name: "keys table, an operation and a customer",
+            needle: "with live as (",
+            params: vec![
+                "null",
+                "$customer_id",
+                "null",
+                "null",
+                "null",
+                "26",
+                B[0],
+                B[1],
+                B[2],
+                B[3],
+                route,
+                "'/v1/refunds'",
+                "'/v1/payments'",
+                "'{}'",
+            ],
+        });
+        cases.push(Case {
+            name: "keys count, an operation",
+            needle: "+ (select count(*) from (",
+            params: vec!["null", "null", "null", route, "'{}'", "10001"],
+        });
+    }
+    cases
+}
+
+/// The fill script's statements, for a test connection (psql's meta-commands left out).
+fn fill_script() -> String {
+    let script = std::fs::read_to_string(repository().join("loadtest/scale/fill.sql")).unwrap();
+    script.lines().filter(|line| !line.starts_with('\\')).collect::<Vec<_>>().join("\n")
+}
+
+/// Adds `keys` keys' worth of history to a migrated database (loadtest/scale/fill.sql).
+pub(crate) async fn fill(url: &str, keys: i64) {
+    let mut db = PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(&format!("set payonce.fill_keys = {keys}")).execute(&mut db).await.unwrap();
+    sqlx::raw_sql(&fill_script()).execute(&mut db).await.unwrap();
+}
+
+/// Every query of the request paths, the sweeper and the dashboard, EXPLAINed against a hundred
+/// thousand keys' history, reads the tables that grow through an index.
+#[tokio::test]
+async fn no_query_reads_a_growing_table_whole() {
+    let database = TestDatabase::create().await;
+    payonce::db::MIGRATOR.run(&database.pool).await.unwrap();
+    fill(&database.url, FILL_KEYS).await;
+    let mut db = PgConnection::connect(&database.url).await.unwrap();
+    let samples = Samples::read(&mut db).await;
+
+    // The control: a predicate no index serves is caught, so the tables are big enough for the
+    // planner to prefer reading them whole, and the check below sees it when it does.
+    let unindexed = "select id from idempotency_keys where response_status = 599 and key like '%7'";
+    assert_eq!(full_scans(&mut db, unindexed, &[], &[]).await, ["idempotency_keys"], "the control must be caught");
+
+    let source = sources();
+    let queries = described();
+    for query in &queries {
+        // Raw strings hold it verbatim; a plain string literal escapes its quotes.
+        let live = source.contains(&query.sql) || source.contains(&query.sql.replace('"', "\\\""));
+        assert!(live, ".sqlx/ holds a query the code no longer has (run .ci/sqlx-prepare):\n{}", query.sql);
+    }
+    let mut failures = Vec::new();
+    let mut explained = vec![false; queries.len()];
+    for case in cases() {
+        let matching: Vec<usize> = (0..queries.len()).filter(|&i| queries[i].sql.contains(case.needle)).collect();
+        let [index] = matching[..] else {
+            failures.push(format!("{}: {} queries contain {:?}", case.name, matching.len(), case.needle));
+            continue;
+        };
+        explained[index] = true;
+        let query = &queries[index];
+        let params = samples.fill(&case.params);
+        assert_eq!(params.len(), query.types.len(), "{}: parameters", case.name);
+        let scanned = full_scans(&mut db, &query.sql, &query.types, &params).await;
+        if !scanned.is_empty() {
+            failures.push(format!("{}: Seq Scan on {}", case.name, scanned.join(", ")));
+        }
+    }
+    // Every query on a growing table is a case or is excused.
+    for (query, explained) in queries.iter().zip(explained) {
+        let touches = GROWING.iter().any(|table| query.sql.contains(table));
+        let excused = NOT_EXPLAINED.iter().any(|(needle, _)| query.sql.contains(needle));
+        if touches && !explained && !excused {
+            failures.push(format!("not EXPLAINed (add a case or a reason):\n{}", query.sql));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // And a case fails when its index goes: without idempotency_keys_failed, the Failed filter's
+    // count reads the keys table whole.
+    let count = queries.iter().find(|q| q.sql.contains("+ (select count(*) from (")).unwrap();
+    let params = samples.fill(&["'failed'", "null", "null", "null", "'{}'", "10001"]);
+    sqlx::raw_sql("begin; drop index idempotency_keys_failed").execute(&mut db).await.unwrap();
+    let scanned = full_scans(&mut db, &count.sql, &count.types, &params).await;
+    sqlx::raw_sql("rollback").execute(&mut db).await.unwrap();
+    assert_eq!(scanned, ["idempotency_keys"], "a missing index must be caught");
+}
+
+/// The check reads nested plans: a Seq Scan under a join or a subplan is found, on a table or
+/// on one of its partitions, and a small reference table's is not held against a query.
+#[test]
+fn seq_scans_are_found_at_any_depth() {
+    let plan = serde_json::json!({
+        "Node Type": "Nested Loop",
+        "Plans": [
+            {"Node Type": "Index Scan", "Relation Name": "idempotency_keys"},
+            {"Node Type": "Hash", "Plans": [{"Node Type": "Seq Scan", "Relation Name": "idempotency_events_2026_12"}]},
+            {"Node Type": "Seq Scan", "Relation Name": "customers"},
+        ]
+    });
+    let mut found = Vec::new();
+    seq_scans(&plan, &mut found);
+    assert_eq!(found, ["idempotency_events_2026_12", "customers"]);
+    found.retain(|relation| grows(relation));
+    assert_eq!(found, ["idempotency_events_2026_12"]);
+}
