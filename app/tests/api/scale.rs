@@ -126,7 +126,25 @@ async fn full_scans(db: &mut PgConnection, sql: &str, types: &[String], params: 
     let mut found = Vec::new();
     seq_scans(&plan[0]["Plan"], &mut found);
     found.retain(|relation| grows(relation));
-    found
+    // A day's partition of the history that holds nothing yet (the days made ahead, a quiet day) is
+    // read whole for free, and the planner rightly scans it: only a partition with rows counts.
+    let mut scanned = Vec::new();
+    for relation in found {
+        let partition: bool = sqlx::query_scalar("select relispartition from pg_class where oid = $1::regclass")
+            .bind(&relation)
+            .fetch_one(&mut *db)
+            .await
+            .unwrap();
+        let empty = partition
+            && sqlx::query_scalar::<_, bool>(&format!("select not exists (select from \"{relation}\")"))
+                .fetch_one(&mut *db)
+                .await
+                .unwrap();
+        if !empty {
+            scanned.push(relation);
+        }
+    }
+    scanned
 }
 
 /// A SQL literal of `value`.
@@ -421,14 +439,12 @@ fn cases() -> Vec<Case> {
         case(
             "inbox effect",
             "update webhook_events set effect = $2",
-            &["$webhook_id", "'applied'", "$payment_id", "null", "$key_id", "$customer_id"],
+            &["$webhook_id", "'applied'", "$payment_id", "null", "$key_id", "$customer_id", "now()"],
         ),
-        case("inbox's key", "from webhook_events\n        where id = $1 and key_id is not null", &["$webhook_id"]),
-        case("inbox retention", "delete from webhook_events", &["604800.0", "1000"]),
+        case("inbox's key", "from webhook_events\n        where id = $1 and created = $2", &["$webhook_id", "now()"]),
         // The sweeper and the operator's actions.
         case("sweeper: abandoned keys", "with abandoned as (", &["'sweeper'", "50", B[0], B[1], B[2], B[3], "30.0"]),
         case("reaper", "with doomed as (", &["500"]),
-        case("events retention", "delete from idempotency_events\n            where id in (", &["604800.0", "1000"]),
         case(
             "operator release",
             "locked_until <= now()\n                returning id, customer_id, lease_token, recovery_point",
