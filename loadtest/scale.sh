@@ -79,7 +79,7 @@ measure() {
     # The pages: a key, a tombstone, a payment and a PaymentIntent taken from the middle of the
     # history (not the newest rows, which the caches hold anyway), a customer, a key's prefix.
     local key tomb payment pi customer prefix
-    key=$(psql "$database_url" -Atc "select id from idempotency_keys where state = 'completed'
+    key=$(psql "$database_url" -Atc "select id from idempotency_keys where state = 'completed' and route = '/v1/payments'
         order by id desc offset (select least(count(*) / 2, 100000) from (select from idempotency_keys limit 200000) s) limit 1")
     tomb=$(psql "$database_url" -Atc "select key_id from idempotency_events where kind = 'expired' order by key_id desc offset 1000 limit 1")
     payment=$(psql "$database_url" -Atc "select 'pay_' || replace(id::text, '-', '') from payments where key_id = '$key'")
@@ -123,10 +123,19 @@ EOF
     python3 -c "import sys; print(f'{(float(sys.argv[2]) - float(sys.argv[1])) * 1000:.0f}')" "$started" "$EPOCHREALTIME" \
         >"$work/$phase.sweep.ms"
     psql "$database_url" -AtF ' ' -c "
-        select c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid), c.reltuples::int8
-        from pg_class c join pg_namespace n on n.oid = c.relnamespace
-        where n.nspname = 'public' and c.relkind in ('r', 'p')
-          and c.relname in ('idempotency_keys', 'idempotency_events', 'payments', 'refunds', 'webhook_events')
+        -- a partitioned table (the history, by day) is the sum of its partitions
+        with tables as (
+            select c.relname, case when c.relkind = 'p' then array(select relid from pg_partition_tree(c.oid)) else array[c.oid] end as parts
+            from pg_class c join pg_namespace n on n.oid = c.relnamespace
+            where n.nspname = 'public' and c.relkind in ('r', 'p')
+              and c.relname in ('idempotency_keys', 'idempotency_events', 'payments', 'refunds', 'webhook_events')
+        )
+        select relname,
+               (select sum(pg_table_size(p))::int8 from unnest(parts) p),
+               (select sum(pg_indexes_size(p))::int8 from unnest(parts) p),
+               coalesce((select sum(greatest(r.reltuples, 0))::int8 from unnest(parts) p join pg_class r on r.oid = p
+                 where r.relkind = 'r'), 0)
+        from tables
         order by 1" >"$work/$phase.sizes"
 }
 
