@@ -38,21 +38,13 @@ profile=${PROFILE:-release}
 admin_url=${ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 if [ "${1:-}" = "--quick" ]; then duration=3s; warmup=1s; fi
 
-target_dir=${CARGO_TARGET_DIR:-target}
-payonce=${PAYONCE_BIN:-$target_dir/$profile/payonce}
-loadtest=${PAYONCE_LOADTEST_BIN:-$target_dir/$profile/payonce-loadtest}
-if [ ! -x "$payonce" ] || [ ! -x "$loadtest" ]; then
-    flag=$([ "$profile" = release ] && echo --release || true)
-    echo "building the $profile binaries…" >&2
-    cargo build $flag -p payonce --bin payonce >&2
-    cargo build $flag -p payonce-loadtest >&2
-fi
+. loadtest/stack.sh
+stack_binaries "$profile"
 for tool in pgbench psql python3 curl; do
     command -v "$tool" >/dev/null || { echo "bench.sh: $tool is required" >&2; exit 2; }
 done
 
 work=$(mktemp -d -t payonce-bench.XXXXXX)
-. loadtest/stack.sh
 trap 'stack_down; rm -rf "$work"' EXIT
 RUST_LOG=warn PAYONCE_DB_POOL_SIZE="$pool_size" stack_up 1 --bench-routes
 app_url=$BASE_URLS

@@ -36,21 +36,13 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-target_dir=${CARGO_TARGET_DIR:-target}
-payonce=${PAYONCE_BIN:-$target_dir/$profile/payonce}
-loadtest=${PAYONCE_LOADTEST_BIN:-$target_dir/$profile/payonce-loadtest}
-if [ ! -x "$payonce" ] || [ ! -x "$loadtest" ]; then
-    flag=$([ "$profile" = release ] && echo --release || true)
-    echo "building the $profile binaries…" >&2
-    cargo build $flag -p payonce --bin payonce >&2
-    cargo build $flag -p payonce-loadtest >&2
-fi
+. loadtest/stack.sh
+stack_binaries "$profile"
 for tool in psql python3 curl; do
     command -v "$tool" >/dev/null || { echo "scale.sh: $tool is required" >&2; exit 2; }
 done
 
 work=$(mktemp -d -t payonce-scale.XXXXXX)
-. loadtest/stack.sh
 trap 'stack_down; rm -rf "$work"' EXIT
 RUST_LOG=warn stack_up 1
 app_url=$BASE_URLS

@@ -14,6 +14,21 @@ stack_database=payonce_stack_$$
 
 stack_fail() { printf 'stack: %s\n' "$*" >&2; exit 2; }
 
+# Sets payonce and loadtest, the two binaries of profile $1 (debug | release), or PAYONCE_BIN /
+# PAYONCE_LOADTEST_BIN; builds them first when they are missing.
+stack_binaries() {
+    local profile=$1 target_dir=${CARGO_TARGET_DIR:-target}
+    payonce=${PAYONCE_BIN:-$target_dir/$profile/payonce}
+    loadtest=${PAYONCE_LOADTEST_BIN:-$target_dir/$profile/payonce-loadtest}
+    if [ ! -x "$payonce" ] || [ ! -x "$loadtest" ]; then
+        local flag
+        flag=$([ "$profile" = release ] && echo --release || true)
+        echo "building the $profile binaries…" >&2
+        cargo build $flag -p payonce --bin payonce >&2
+        cargo build $flag -p payonce-loadtest >&2
+    fi
+}
+
 # A port nobody listens on now (the kernel's pick; the server binds it a moment later).
 stack_free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

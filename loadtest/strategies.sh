@@ -36,22 +36,14 @@ redis_start=${REDIS_START:-redis-server --daemonize yes --bind 127.0.0.1 -::1 --
 if [ "${1:-}" = "--quick" ]; then duration=3s; fi
 strategies=(on-conflict for-update redis check-then-insert)
 
-target_dir=${CARGO_TARGET_DIR:-target}
-payonce=${PAYONCE_BIN:-$target_dir/$profile/payonce}
-loadtest=${PAYONCE_LOADTEST_BIN:-$target_dir/$profile/payonce-loadtest}
-if [ ! -x "$payonce" ] || [ ! -x "$loadtest" ]; then
-    flag=$([ "$profile" = release ] && echo --release || true)
-    echo "building the $profile binaries…" >&2
-    cargo build $flag -p payonce --bin payonce >&2
-    cargo build $flag -p payonce-loadtest >&2
-fi
+. loadtest/stack.sh
+stack_binaries "$profile"
 for tool in psql python3 curl jq redis-cli; do
     command -v "$tool" >/dev/null || { echo "strategies.sh: $tool is required" >&2; exit 2; }
 done
 redis-cli ping >/dev/null || { echo "strategies.sh: Redis does not answer (start it: $redis_start)" >&2; exit 2; }
 
 work=$(mktemp -d -t payonce-strategies.XXXXXX)
-. loadtest/stack.sh
 trap 'stack_down; rm -rf "$work"' EXIT
 # Short leases, so that the keys a killed server held are taken over within seconds.
 export RUST_LOG=warn PAYONCE_DB_POOL_SIZE=$pool_size PAYONCE_LEASE_SECS=3 PAYONCE_REDIS_LEASE_MS=3000 \
