@@ -4,10 +4,12 @@
 //! Each series has a colour *and* a dash pattern and marker, so it can be told apart in the
 //! legend on a washed-out projector or by a colour-blind reader; the numbers are also in a table.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use super::queries::Buckets;
 use crate::idempotency::EventKind;
-use crate::web::format;
+use crate::web::{Settled, format};
 
 /// One series: an event kind and how the chart shows it.
 pub struct Series {
@@ -45,6 +47,34 @@ pub fn outcome_series(buckets: usize) -> Vec<Series> {
         series(EventKind::Mismatch, "422 key reused", "s-mismatches", "14 4 3 4"),
         series(EventKind::Reclaimed, "Reclaims", "s-reclaims", "6 3"),
     ]
+}
+
+/// Puts into `series` (oldest bucket first, `values.len()` of them, the last being `read.now`)
+/// the counts of the buckets before `from` from what `settled` kept, and of the others from
+/// `read` (which counted from `from` on). Then keeps in `settled` what `read` says can no longer
+/// change, and forgets what fell out of the window. So the overview reads the events of the last
+/// minute or so on each refresh, not fifteen minutes' worth.
+pub fn fill(series: &mut [Series], settled: &mut Settled, from: Option<i64>, read: Buckets) {
+    let width = series.first().map_or(0, |s| s.values.len());
+    let first = read.now - i64::try_from(width).unwrap_or(0) + 1;
+    let mut fresh: BTreeMap<i64, Vec<(String, i64)>> = BTreeMap::new();
+    for row in read.counted {
+        fresh.entry(row.bucket).or_default().push((row.kind, row.count));
+    }
+    for (slot, bucket) in (first..=read.now).enumerate() {
+        let kept = if from.is_some_and(|from| bucket < from) { &settled.counts } else { &fresh };
+        for (kind, count) in kept.get(&bucket).into_iter().flatten() {
+            if let Some(s) = series.iter_mut().find(|s| s.kind == kind) {
+                s.values[slot] += count;
+            }
+        }
+    }
+    if settled.through.is_none_or(|through| through < read.settled) {
+        let newly = from.unwrap_or(i64::MIN)..=read.settled;
+        settled.counts.extend(fresh.into_iter().filter(|(bucket, _)| newly.contains(bucket)));
+        settled.through = Some(read.settled);
+    }
+    settled.counts.retain(|bucket, _| *bucket >= first);
 }
 
 const WIDTH: f64 = 960.0;
@@ -182,5 +212,40 @@ mod tests {
         series[0].values[29] = 12_000;
         let busy = super::svg(&series, 30);
         assert!(busy.contains(">10,000</text>") && busy.contains(">15,000</text>"), "{busy}");
+    }
+
+    /// Loads that keep what is settled show what one full count would, refresh after refresh.
+    #[test]
+    fn settled_buckets_are_counted_once_and_shown_every_time() {
+        use super::super::queries::{Bucketed, Buckets};
+        // Events (bucket, kind, seen from): an event is dated by its transaction's start, so
+        // half of them show up a bucket late, as a transaction that commits later would.
+        let events: Vec<(i64, &str, i64)> = (0..400)
+            .map(|i| (60 + i / 7, if i % 3 == 0 { "replayed" } else { "claimed" }, 60 + i / 7 + i % 2))
+            .collect();
+        let count = |from: i64, now: i64| {
+            let mut counted: BTreeMap<(i64, &str), i64> = BTreeMap::new();
+            for &(bucket, kind, _) in events.iter().filter(|(b, _, seen)| (from..=now).contains(b) && *seen <= now) {
+                *counted.entry((bucket, kind)).or_default() += 1;
+            }
+            let counted = counted
+                .into_iter()
+                .map(|((bucket, kind), count)| Bucketed { kind: kind.into(), bucket, count })
+                .collect();
+            Buckets { now, settled: now - 2, counted }
+        };
+        let mut settled = Settled::default();
+        for now in 70..130 {
+            let from = settled.through.map(|t| t + 1);
+            let mut cached = outcome_series(30);
+            fill(&mut cached, &mut settled, from, count(from.unwrap_or(now - 29).max(now - 29), now));
+            let mut whole = outcome_series(30);
+            fill(&mut whole, &mut Settled::default(), None, count(now - 29, now));
+            for (c, w) in cached.iter().zip(&whole) {
+                assert_eq!(c.values, w.values, "{} at bucket {now}", c.kind);
+            }
+            assert!(settled.counts.len() <= 30, "the window's buckets only");
+        }
+        assert_eq!(settled.through, Some(127));
     }
 }

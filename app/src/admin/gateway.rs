@@ -2,6 +2,7 @@
 //! double-charge audit (to prove none happened): payments compared with the simulator's ledger.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::PoisonError;
 
 use askama::Template;
 use axum::extract::State;
@@ -21,7 +22,7 @@ use crate::web::flash::Flash;
 use crate::web::format::filters;
 use crate::web::money;
 use crate::web::page::{self, WebError};
-use crate::web::simulator::SimulatorError;
+use crate::web::simulator::{Charges, SimulatorError};
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -156,7 +157,7 @@ async fn show(State(state): State<AppState>, operator: Operator) -> Result<Respo
     let (faults, audit) = match sim.faults().await {
         Ok(faults) => {
             let charges = sim.charges().await.map_err(|err| WebError::Internal(err.to_string()))?;
-            (Some(FaultsView::from(faults)), Some(audit(&state, charges).await?))
+            (Some(FaultsView::from(faults)), Some(audit(&state, &charges).await?))
         }
         Err(_) => (None, None),
     };
@@ -171,13 +172,16 @@ async fn show(State(state): State<AppState>, operator: Operator) -> Result<Respo
 }
 
 /// Compares the ledger with the payments.
-async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError> {
+async fn audit(state: &AppState, ledger: &Charges) -> Result<Audit, WebError> {
     let pool = state.engine.pool();
-    let meta = |c: &Charge, name: &str| c.metadata.get(name).cloned();
+    let charges = ledger.charges.as_slice();
+    fn meta<'a>(c: &'a Charge, name: &str) -> Option<&'a str> {
+        c.metadata.get(name).map(String::as_str)
+    }
     // Charges per (customer, client key): more than one is a double charge.
-    let mut per_key: BTreeMap<(String, String), Vec<&Charge>> = BTreeMap::new();
+    let mut per_key: BTreeMap<(&str, &str), Vec<&Charge>> = BTreeMap::new();
     let mut foreign = 0;
-    for charge in &charges {
+    for charge in charges {
         match (meta(charge, "payonce_customer"), meta(charge, "payonce_idempotency_key")) {
             (Some(customer), Some(key)) => per_key.entry((customer, key)).or_default().push(charge),
             _ => foreign += 1,
@@ -192,7 +196,7 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
         .values()
         .filter(|charges| charges.len() > 1)
         .flatten()
-        .filter_map(|c| PaymentId::parse(&meta(c, "payonce_payment")?))
+        .filter_map(|c| PaymentId::parse(meta(c, "payonce_payment")?))
         .map(|id| id.0)
         .collect();
     let known: HashMap<Uuid, queries::AuditedPayment> =
@@ -200,7 +204,7 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
     let paid_again = |charges: &[&Charge]| {
         let payments: Vec<Option<&queries::AuditedPayment>> = charges
             .iter()
-            .map(|c| meta(c, "payonce_payment").and_then(|p| PaymentId::parse(&p)).and_then(|id| known.get(&id.0)))
+            .map(|c| meta(c, "payonce_payment").and_then(PaymentId::parse).and_then(|id| known.get(&id.0)))
             .collect();
         let mut ids: Vec<Uuid> = payments.iter().flatten().map(|p| p.id).collect();
         ids.sort_unstable();
@@ -216,8 +220,8 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
         .into_iter()
         .take(LISTED)
         .map(|((customer, key), charges)| PaidAgain {
-            customer: customer.clone(),
-            key: key.clone(),
+            customer: customer.to_string(),
+            key: key.to_string(),
             count: charges.len(),
             payment_intents: charges.iter().map(|c| c.payment_intent.as_str()).collect::<Vec<_>>().join(", "),
         })
@@ -226,7 +230,7 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
     let wanted: Vec<(Uuid, String)> = doubles
         .iter()
         .take(LISTED)
-        .filter_map(|((customer, key), _)| Some((parse_customer(customer)?, key.clone())))
+        .filter_map(|((customer, key), _)| Some((parse_customer(customer)?, key.to_string())))
         .collect();
     let (customers, keys): (Vec<Uuid>, Vec<String>) = wanted.into_iter().unzip();
     let links: HashMap<(Uuid, String), Uuid> =
@@ -236,34 +240,51 @@ async fn audit(state: &AppState, charges: Vec<Charge>) -> Result<Audit, WebError
         .take(LISTED)
         .map(|((customer, key), charges)| DoubleCharge {
             link: parse_customer(customer)
-                .and_then(|id| links.get(&(id, key.clone())))
+                .and_then(|id| links.get(&(id, key.to_string())))
                 .map(|id| format!("/admin/keys/{id}")),
-            customer: customer.clone(),
-            key: key.clone(),
+            customer: customer.to_string(),
+            key: key.to_string(),
             count: charges.len(),
             payment_intents: charges.iter().map(|c| c.payment_intent.as_str()).collect::<Vec<_>>().join(", "),
             total: money(charges.iter().map(|c| c.amount).sum(), &charges[0].currency),
         })
         .collect();
 
-    // Every charge should belong to a payment payonce records as succeeded.
+    // Every charge should belong to a payment payonce records as succeeded. The database is asked
+    // about those not confirmed by an earlier load, and answers for those it does not record as
+    // succeeded (a status, or none at all).
     let charged: Vec<Uuid> =
-        charges.iter().filter_map(|c| PaymentId::parse(&meta(c, "payonce_payment")?)).map(|id| id.0).collect();
-    let statuses: HashMap<Uuid, String> =
-        queries::payments_by_id(pool, &charged).await?.into_iter().map(|p| (p.id, p.status)).collect();
+        charges.iter().filter_map(|c| PaymentId::parse(meta(c, "payonce_payment")?)).map(|id| id.0).collect();
+    let of = format!("ledger {} of {}", ledger.ledger, queries::payments_incarnation(pool).await?);
+    let unconfirmed: Vec<Uuid> = {
+        let mut confirmed = state.web.confirmed.lock().unwrap_or_else(PoisonError::into_inner);
+        let valid = confirmed.valid_for(&of);
+        charged.iter().filter(|id| !valid.contains(id)).copied().collect()
+    };
+    let not_succeeded: HashMap<Uuid, Option<String>> =
+        queries::charged_but_not_succeeded(pool, &unconfirmed).await?.into_iter().collect();
+    {
+        let mut confirmed = state.web.confirmed.lock().unwrap_or_else(PoisonError::into_inner);
+        if confirmed.of == of {
+            confirmed.ids.extend(unconfirmed.iter().filter(|id| !not_succeeded.contains_key(id)));
+        }
+    }
     let unmatched_all: Vec<Unmatched> = charges
         .iter()
         .filter_map(|c| {
             let payment = meta(c, "payonce_payment")?;
-            let local = match PaymentId::parse(&payment).and_then(|id| statuses.get(&id.0)) {
-                Some(status) if status == "succeeded" => return None,
-                Some(status) if status == "pending" => "pending (may still be finishing)".to_owned(),
+            let status = match PaymentId::parse(payment) {
+                Some(id) => not_succeeded.get(&id.0)?.as_deref(),
+                None => None,
+            };
+            let local = match status {
+                Some("pending") => "pending (may still be finishing)".to_owned(),
                 Some(status) => format!("{status}: charged although payonce recorded a failure"),
                 None => "no such payment".to_owned(),
             };
             Some(Unmatched {
                 payment_intent: c.payment_intent.clone(),
-                payment,
+                payment: payment.to_owned(),
                 amount: money(c.amount, &c.currency),
                 local,
             })

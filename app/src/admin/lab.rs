@@ -464,7 +464,7 @@ async fn storm(
     let ledger = servers[0].web.simulator.charges().await.map_err(|err| err.to_string())?;
     let mut per_key: Vec<KeyCharges> = keys.iter().map(|k| KeyCharges { key: k.clone(), charges: 0 }).collect();
     let mut charges = 0;
-    for charge in &ledger {
+    for charge in ledger.charges.iter() {
         let Some(key) = charge.metadata.get("payonce_idempotency_key") else { continue };
         if let Some(n) = key.strip_prefix(&prefix).and_then(|n| n.parse::<usize>().ok())
             && let Some(slot) = per_key.get_mut(n)

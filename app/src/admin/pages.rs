@@ -171,13 +171,14 @@ async fn overview(State(state): State<AppState>, operator: Operator) -> Result<R
     let counts = queries::counts(pool).await?;
     let mut series = chart::outcome_series(BUCKETS as usize);
     let kinds: Vec<&str> = series.iter().map(|s| s.kind).collect();
-    for row in queries::outcome_buckets(pool, &kinds, BUCKET_SECS, BUCKETS).await? {
-        let Some(s) = series.iter_mut().find(|s| s.kind == row.kind) else { continue };
-        // Bucket 0 is the most recent; the chart runs oldest to newest.
-        if let Some(slot) = usize::try_from(row.bucket).ok().and_then(|b| (BUCKETS as usize).checked_sub(b + 1)) {
-            s.values[slot] += row.count;
-        }
-    }
+    // The page's chrome asks a replica how far behind it is (once): the chart's settled buckets
+    // allow for it.
+    let chrome = operator.chrome(&state, "overview").await?;
+    let lag_secs = chrome.replica.as_ref().map_or(0.0, |replica| replica.behind_secs);
+    let settled = || state.web.settled.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let from = settled().through.map(|through| through + 1);
+    let read = queries::outcome_buckets(pool, &kinds, BUCKET_SECS, BUCKETS.into(), from, lag_secs).await?;
+    chart::fill(&mut series, &mut settled(), from, read);
     let rows = (0..BUCKETS as usize)
         .rev()
         .map(|i| {
@@ -200,7 +201,7 @@ async fn overview(State(state): State<AppState>, operator: Operator) -> Result<R
         minutes: BUCKETS * BUCKET_SECS / 60,
         counts,
         cap: queries::COUNT_CAP,
-        chrome: operator.chrome(&state, "overview").await?,
+        chrome,
     };
     page::render(StatusCode::OK, &page)
 }

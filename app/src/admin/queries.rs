@@ -113,36 +113,69 @@ pub async fn counts(pool: &PgPool) -> sqlx::Result<Counts> {
     })
 }
 
-/// Events of the outcome kinds, per kind and per bucket (`bucket` 0 is the most recent).
+/// Events of one kind in one bucket.
 pub struct Bucketed {
     pub kind: String,
-    pub bucket: i32,
+    /// The bucket: its start in Unix seconds divided by the bucket's width.
+    pub bucket: i64,
     pub count: i64,
 }
 
-/// Counts of `kinds` events in `buckets` buckets of `bucket_secs` seconds, ending now.
+/// The outcome events counted by [`outcome_buckets`], and where the database's clock stands.
+pub struct Buckets {
+    /// The bucket `now()` falls in.
+    pub now: i64,
+    /// The last bucket that can no longer change: the one before the previous bucket, which
+    /// ended 30–60 s ago by this database's clock, less the buckets a replica lags behind, so no
+    /// transaction still open (an event is dated by its transaction's start) nor a replica still
+    /// catching up adds to it.
+    pub settled: i64,
+    pub counted: Vec<Bucketed>,
+}
+
+/// Counts of `kinds` events per bucket of `bucket_secs` seconds aligned on the Unix epoch, from
+/// bucket `from` (or `window` buckets back from now, whichever is later) to now: a read of the
+/// `created_at` index that grows with the traffic of that time, never with the table. `lag_secs`:
+/// how far behind the primary `pool` is ([`crate::db::Reads::lag`]; 0 on the primary).
 pub async fn outcome_buckets(
     pool: &PgPool,
     kinds: &[&str],
     bucket_secs: u32,
-    buckets: u32,
-) -> sqlx::Result<Vec<Bucketed>> {
-    sqlx::query_as!(
-        Bucketed,
+    window: i64,
+    from: Option<i64>,
+    lag_secs: f64,
+) -> sqlx::Result<Buckets> {
+    let rows = sqlx::query!(
         r#"
-        select kind as "kind!",
-               floor(extract(epoch from now() - created_at)::float8 / $2::float8)::int4 as "bucket!",
-               count(*) as "count!"
-        from idempotency_events
-        where created_at > now() - $2::float8 * $3::float8 * interval '1 second' and kind = any($1)
-        group by 1, 2
+        with counted as (
+            select kind, floor(extract(epoch from created_at)::float8 / $2::float8)::int8 as bucket, count(*) as count
+            from idempotency_events
+            -- a bound known before the scan starts (no join: it prunes the days' partitions and
+            -- ranges over the created_at index; as a join it took 50 ms at a million keys)
+            where created_at >= to_timestamp(greatest(coalesce($4::int8, 0),
+                                                      floor(extract(epoch from now())::float8 / $2)::int8 - $3::int8 + 1)
+                                             * $2)
+              and kind = any($1)
+            group by 1, 2
+        )
+        select floor(extract(epoch from now())::float8 / $2)::int8 as "now_bucket!",
+               kind as "kind?", bucket as "bucket?", count as "count?"
+        from (select) clock left join counted on true
         "#,
         kinds as &[&str],
         f64::from(bucket_secs),
-        f64::from(buckets),
+        window,
+        from,
     )
     .fetch_all(pool)
-    .await
+    .await?;
+    let now = rows.first().map_or(0, |r| r.now_bucket);
+    // Whole buckets a replica is behind, rounded up: what it has not seen yet may still land there.
+    let behind = (lag_secs.max(0.0) / f64::from(bucket_secs)).ceil() as i64;
+    let settled = now - 2 - behind;
+    let counted =
+        rows.into_iter().filter_map(|r| Some(Bucketed { kind: r.kind?, bucket: r.bucket?, count: r.count? })).collect();
+    Ok(Buckets { now, settled, counted })
 }
 
 /// One row of the keys table.
@@ -617,10 +650,10 @@ pub async fn events_of(pool: &PgPool, key_id: Uuid) -> sqlx::Result<Vec<EventRow
     Ok(events)
 }
 
-/// Payments by public id, for the double-charge audit.
+/// Payments by public id, for the double-charge audit: the payments of a key charged more than
+/// once.
 pub struct AuditedPayment {
     pub id: Uuid,
-    pub status: String,
     /// Whether its key was reaped (expired, or an operator's Expire) and left its tombstone: the
     /// positive evidence that a later payment under the same client key was made on purpose. A
     /// payment with no key at all (the lab's) has none.
@@ -631,7 +664,7 @@ pub async fn payments_by_id(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<Aud
     sqlx::query_as!(
         AuditedPayment,
         r#"
-        select p.id, p.status,
+        select p.id,
                p.key_id is not null
                and not exists (select from idempotency_keys k where k.id = p.key_id and k.customer_id = p.customer_id)
                and exists (select from idempotency_events e where e.key_id = p.key_id and e.kind = 'expired')
@@ -642,6 +675,42 @@ pub async fn payments_by_id(pool: &PgPool, ids: &[Uuid]) -> sqlx::Result<Vec<Aud
         ids,
     )
     .fetch_all(pool)
+    .await
+}
+
+/// Of the payments charged at the gateway, those payonce does not record as succeeded: each
+/// with its status, or `None` when there is no such payment (a database that forgot it). One
+/// index probe per id, whatever the number of ids (as a join, a few thousand ids made the planner
+/// read every payment: 250 ms at a million), and only the exceptions come back.
+pub async fn charged_but_not_succeeded(pool: &PgPool, charged: &[Uuid]) -> sqlx::Result<Vec<(Uuid, Option<String>)>> {
+    let rows = sqlx::query!(
+        r#"
+        select id as "id!", status
+        from (select c.id, (select p.status from payments p where p.id = c.id) as status
+              from unnest($1::uuid[]) as c(id)) charged
+        where status is distinct from 'succeeded'
+        "#,
+        charged,
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|row| (row.id, row.status)).collect())
+}
+
+/// Which payments table answers: the server (its address, port and start), the database (its
+/// oid) and the table's storage (its file node, which a `TRUNCATE` or a `pg_restore --clean`
+/// replaces). Another answer means another table, which may not hold what the last one held: a
+/// restore, a failover onto a standby, a database created again.
+pub async fn payments_incarnation(pool: &PgPool) -> sqlx::Result<String> {
+    sqlx::query_scalar!(
+        r#"
+        select format('%s:%s started %s, database %s, payments %s', coalesce(host(inet_server_addr()), 'socket'),
+                      inet_server_port(), pg_postmaster_start_time(), d.oid,
+                      pg_relation_filenode('payments')) as "incarnation!"
+        from pg_database d where d.datname = current_database()
+        "#
+    )
+    .fetch_one(pool)
     .await
 }
 

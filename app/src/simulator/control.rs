@@ -2,7 +2,11 @@
 //! only on the simulator's own router and need no API key (the simulator is a test tool).
 //!
 //! ```text
-//! GET  /_sim/charges    {"charges": [Charge, …]}  every successful charge, in order
+//! GET  /_sim/charges    {"ledger": id, "total": n, "charges": [Charge, …]}  every successful
+//!                       charge, in order; `?from=N`: only those after the first N (`total`
+//!                       counts them all), for a reader that keeps what it has seen (the
+//!                       dashboard's audit) and knows by `ledger` when a reset or a restart
+//!                       made it a new ledger
 //! GET  /_sim/refunds    {"refunds": [Refund, …]}  every successful refund, in order
 //! GET  /_sim/events     {"events": [EventRecord, …]}  every event, its deliveries and attempts
 //! GET  /_sim/faults     the current Faults (with the remaining next_calls)
@@ -23,8 +27,8 @@
 //! ```
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -61,7 +65,14 @@ pub(crate) fn router() -> Router<Simulator> {
 impl Simulator {
     /// A snapshot of the ledger: every successful charge, in the order they were made.
     pub fn charges(&self) -> Vec<Charge> {
-        self.state().ledger.charges().to_vec()
+        self.charges_from(0).2
+    }
+
+    /// The ledger's id, how many charges it holds, and those after the first `from`.
+    pub fn charges_from(&self, from: usize) -> (String, usize, Vec<Charge>) {
+        let state = self.state();
+        let charges = state.ledger.charges();
+        (state.ledger.id(), charges.len(), charges.get(from..).unwrap_or_default().to_vec())
     }
 
     /// Every successful refund, in the order they were made.
@@ -120,11 +131,26 @@ impl Simulator {
 
 #[derive(Serialize)]
 struct Charges {
+    ledger: String,
+    total: usize,
     charges: Vec<Charge>,
 }
 
-async fn charges(State(sim): State<Simulator>) -> Json<Charges> {
-    Json(Charges { charges: sim.charges() })
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChargesQuery {
+    #[serde(default)]
+    from: usize,
+}
+
+async fn charges(
+    State(sim): State<Simulator>,
+    query: Result<Query<ChargesQuery>, QueryRejection>,
+) -> Result<Json<Charges>, ApiError> {
+    let Query(ChargesQuery { from }) =
+        query.map_err(|rejection| ApiError::invalid_request(format!("Invalid query: {}", rejection.body_text())))?;
+    let (ledger, total, charges) = sim.charges_from(from);
+    Ok(Json(Charges { ledger, total, charges }))
 }
 
 #[derive(Serialize)]

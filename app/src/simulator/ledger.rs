@@ -85,13 +85,28 @@ pub struct Refund {
 /// Every successful charge and refund, in the order they happened. Append-only until a reset (a
 /// refund also adds to its charge's `amount_refunded`), but for a refund that fails after it
 /// succeeded, which leaves it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Ledger {
+    /// Drawn afresh for every ledger (a reset, a restarted simulator): a reader that keeps the
+    /// charges it has seen and asks only for the ones after them (`GET /_sim/charges?from=N`)
+    /// learns from a different id that what it kept is gone.
+    id: u64,
     charges: Vec<Charge>,
     refunds: Vec<Refund>,
 }
 
+impl Default for Ledger {
+    fn default() -> Self {
+        Self { id: fastrand::u64(..), charges: Vec::new(), refunds: Vec::new() }
+    }
+}
+
 impl Ledger {
+    /// This ledger's identity, as `GET /_sim/charges` names it.
+    pub fn id(&self) -> String {
+        format!("{:016x}", self.id)
+    }
+
     pub fn record(&mut self, charge: Charge) {
         self.charges.push(charge);
     }

@@ -24,6 +24,23 @@ pub struct SimulatorControl {
     base: Option<Arc<str>>,
     /// The last probe: when, and whether the simulator answered.
     probed: Arc<Mutex<Option<(Instant, bool)>>>,
+    /// The ledger's charges this server has seen ([`Self::charges`]).
+    seen: Arc<tokio::sync::Mutex<Seen>>,
+}
+
+/// The simulator's charges, in order, and which ledger they are of.
+pub struct Charges {
+    /// The ledger's id: another one is another ledger (a reset, a restarted simulator).
+    pub ledger: String,
+    pub charges: Arc<Vec<Charge>>,
+}
+
+/// The charges of one ledger, as far as this server has read it.
+#[derive(Default)]
+struct Seen {
+    /// The ledger's id ("" before the first read).
+    ledger: String,
+    charges: Arc<Vec<Charge>>,
 }
 
 /// Why a control call failed.
@@ -38,8 +55,15 @@ pub enum SimulatorError {
     Refused(String),
 }
 
+/// `GET /_sim/charges?from=N`.
 #[derive(Deserialize)]
-struct Ledger {
+struct LedgerPage {
+    /// Which ledger: another id is another ledger (a reset, a restarted simulator).
+    #[serde(default)]
+    ledger: String,
+    /// How many charges the ledger holds.
+    total: usize,
+    /// Those after the first N.
     charges: Vec<Charge>,
 }
 
@@ -57,7 +81,7 @@ impl SimulatorControl {
     pub fn new(gateway_base_url: &str) -> Self {
         let base = gateway_base_url.starts_with("http://").then(|| Arc::from(gateway_base_url));
         let client = reqwest::Client::builder().timeout(TIMEOUT).build().unwrap_or_default();
-        Self { client, base, probed: Arc::default() }
+        Self { client, base, probed: Arc::default(), seen: Arc::default() }
     }
 
     /// Whether the gateway is a simulator: `GET {base}_sim/faults` answers 200. Cached briefly.
@@ -110,13 +134,36 @@ impl SimulatorControl {
         Ok(())
     }
 
-    /// Every successful charge in the simulator's ledger.
-    pub async fn charges(&self) -> Result<Vec<Charge>, SimulatorError> {
-        let response = self.client.get(self.url("_sim/charges")?).send().await?;
+    /// Every successful charge in the simulator's ledger, in order. The first call reads the
+    /// whole ledger; later ones only the charges made since (`?from=N`), added to those this
+    /// server kept: the audit costs what is new, not the whole ledger on every load (tens of
+    /// megabytes of JSON after a load test). A new ledger id (a reset, a restarted simulator)
+    /// reads it all again. The charges are kept as first read: a later refund's
+    /// `amount_refunded` is not in them.
+    pub async fn charges(&self) -> Result<Charges, SimulatorError> {
+        // One reader at a time: a second page load waits for the first one's read and uses it.
+        let mut seen = self.seen.lock().await;
+        let from = seen.charges.len();
+        let page = self.ledger_from(from).await?;
+        let continues =
+            !page.ledger.is_empty() && page.ledger == seen.ledger && page.total == from + page.charges.len();
+        if continues {
+            if !page.charges.is_empty() {
+                Arc::make_mut(&mut seen.charges).extend(page.charges);
+            }
+        } else {
+            let page = if from == 0 { page } else { self.ledger_from(0).await? };
+            *seen = Seen { ledger: page.ledger, charges: Arc::new(page.charges) };
+        }
+        Ok(Charges { ledger: seen.ledger.clone(), charges: Arc::clone(&seen.charges) })
+    }
+
+    async fn ledger_from(&self, from: usize) -> Result<LedgerPage, SimulatorError> {
+        let response = self.client.get(self.url(&format!("_sim/charges?from={from}"))?).send().await?;
         if !response.status().is_success() {
             return Err(SimulatorError::NotASimulator);
         }
-        Ok(response.json::<Ledger>().await?.charges)
+        Ok(response.json().await?)
     }
 }
 

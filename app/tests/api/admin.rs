@@ -335,6 +335,42 @@ async fn gateway_panel_sets_faults_and_audit_flags_double_charges() {
     assert!(page.contains("order-42") && page.contains("no such payment"), "{page}");
 }
 
+/// The audit reads the simulator's ledger once, then only what is new, and remembers which
+/// charged payments it found succeeded; yet a database that forgot them (here a truncate, as a
+/// `pg_restore --clean` does) is caught on the next load, and a reset simulator is a new ledger.
+#[tokio::test]
+async fn the_audit_keeps_what_it_saw_until_the_database_or_the_ledger_changes() {
+    let app = TestApp::spawn().await;
+    create_admin(&app).await;
+    let client = client();
+    sign_in(&app, &client).await;
+    let api_key = app.customer("acme").await;
+    let pay = || async {
+        let response = app.post_payment(&api_key, Some(&new_key()), &payment(100)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    };
+
+    pay().await;
+    let first = page(&app, &client, "/admin/gateway").await;
+    assert!(first.contains("1 charge in the simulator") && !first.contains("no such payment"), "{first}");
+    pay().await;
+    let second = page(&app, &client, "/admin/gateway").await;
+    assert!(second.contains("2 charges in the simulator") && !second.contains("no such payment"), "{second}");
+    assert_eq!((app.charges().await.len(), app.count("payments").await), (2, 2));
+
+    sqlx::query("truncate payments cascade").execute(&app.db).await.unwrap();
+    assert_eq!((app.charges().await.len(), app.count("payments").await), (2, 0), "the ledger remembers them");
+    let forgotten = page(&app, &client, "/admin/gateway").await;
+    assert_eq!(forgotten.matches("no such payment").count(), 2, "{forgotten}");
+
+    let reset = reqwest::Client::new().post(format!("{}_sim/reset", app.sim_url)).send().await.unwrap();
+    assert!(reset.status().is_success());
+    pay().await;
+    assert_eq!((app.charges().await.len(), app.count("payments").await), (1, 1));
+    let after = page(&app, &client, "/admin/gateway").await;
+    assert!(after.contains("1 charge in the simulator") && !after.contains("no such payment"), "{after}");
+}
+
 /// A charge made behind payonce's back (by another client of the simulator) with payonce's
 /// metadata for `customer` (`cus_…`) and the client key `key`, and a payment payonce does not
 /// have: what a double charge looks like in the ledger.

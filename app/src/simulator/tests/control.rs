@@ -73,6 +73,45 @@ async fn charges_endpoint_lists_the_ledger() {
     assert_eq!(keys, [Some("first"), Some("second")]);
 }
 
+/// `?from=N` answers only the charges after the first N, with the total and the ledger's id; a
+/// reset makes a new ledger, under a new id, so that a reader keeping what it saw starts again.
+#[tokio::test]
+async fn charges_from_an_offset_name_their_ledger() {
+    let sim = TestSim::start().await;
+    for key in ["first", "second", "third"] {
+        sim.pay("pm_card_visa", key).await.expect("paid");
+    }
+    let page = |from: &str| sim.request(Method::GET, &format!("_sim/charges?from={from}"));
+
+    let all = Response::send(page("0")).await.body;
+    let tail = Response::send(page("2")).await.body;
+    let beyond = Response::send(page("7")).await.body;
+
+    for body in [&all, &tail, &beyond] {
+        assert_eq!(body["total"], json!(3));
+    }
+    let keys = |body: &serde_json::Value| -> Vec<String> {
+        body["charges"]
+            .as_array()
+            .expect("charges")
+            .iter()
+            .map(|c| c["idempotency_key"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(keys(&tail), ["third"]);
+    assert!(keys(&beyond).is_empty());
+    let ledger = all["ledger"].as_str().expect("the ledger's id").to_owned();
+    assert_eq!(tail["ledger"], json!(ledger));
+
+    let bad = Response::send(page("-1")).await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+
+    Response::send(sim.request(Method::POST, "_sim/reset")).await;
+    let after = Response::send(page("0")).await.body;
+    assert_eq!(after["total"], json!(0));
+    assert_ne!(after["ledger"], json!(ledger), "a reset is a new ledger");
+}
+
 /// Reset forgets the ledger, objects, saved results and faults: the same key pays anew.
 #[tokio::test]
 async fn reset_forgets_everything() {
