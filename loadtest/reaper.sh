@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The reaper under load (docs/performance.md, "Scale" → "Retention and the reaper"): new payments
+# The reaper under load (docs/performance.md, "Retention and the reaper"): new payments
 # at a fixed rate (an open loop, so that a slower server shows as latency, not as fewer
 # requests), first on a quiet database, then while the server's own sweeper reaps KEYS expired
 # keys (default 1 000 000) inserted at once by SQL. Prints the payments' latency in both phases

@@ -107,7 +107,15 @@ impl Engine {
 
     /// Deletes up to `limit` final keys past their expiry, oldest first, recording an `expired`
     /// event for each. Their payments stay (their link is set to null). Returns how many went.
+    ///
+    /// The batch commits without waiting for its WAL to reach the disk (or a synchronous
+    /// standby): its flush would otherwise hold up the payments committing meanwhile. Nothing is
+    /// at stake: a reap lost in a crash leaves the keys expired, to be reaped again, and anything
+    /// later that depends on it (a new claim of the same key) commits durably, which flushes the
+    /// reap's WAL first, since WAL is written in order.
     pub async fn reap_expired(&self, limit: i64) -> sqlx::Result<u64> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("set local synchronous_commit = off").execute(&mut *tx).await?;
         let reaped = sqlx::query_scalar!(
             r#"
             with doomed as (
@@ -136,8 +144,9 @@ impl Engine {
             "#,
             limit,
         )
-        .fetch_one(self.pool())
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         let reaped = u64::try_from(reaped).unwrap_or(0);
         EventKind::Expired.count(reaped);
         Ok(reaped)
