@@ -20,7 +20,8 @@
 #   loadtest/bench.sh --quick    3 s per measurement (a smoke test of the benchmark itself)
 #
 # Knobs (environment): CONCURRENCY (16), REPLAY_CONCURRENCY (64), REPLAY_RATE (5000), STORM (1000), DURATION (15s),
-# WARMUP (3s), PAYONCE_DB_POOL_SIZE (16), PROFILE (release; `debug` for unoptimised binaries),
+# WARMUP (3s), PAYONCE_DB_POOL_SIZE (16), PAYONCE_WORKER_THREADS (the servers' threads; unset: one
+# per core), PROFILE (release; `debug` for unoptimised binaries),
 # PAYONCE_BIN, PAYONCE_LOADTEST_BIN, ADMIN_URL (postgres://postgres@127.0.0.1:5432/postgres).
 #   loadtest/bench.sh --strategies   the claim strategies compared instead (loadtest/strategies.sh)
 set -euo pipefail
@@ -104,7 +105,7 @@ echo "measuring: storm" >&2
     echo "bench.sh: the storm run reported a failure" >&2
 
 python3 - "$work" "$concurrency" "$replay_concurrency" "$storm" "$duration" "$pool_size" "$profile" "$replay_rate" <<'PY'
-import json, pathlib, platform, re, subprocess, sys
+import json, os, pathlib, platform, re, subprocess, sys
 
 work, concurrency, replay_concurrency, storm, duration, pool, profile, replay_rate = sys.argv[1:]
 work = pathlib.Path(work)
@@ -129,7 +130,8 @@ pg_version = subprocess.run(["pgbench", "--version"], capture_output=True, text=
 rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 print(f"\npayonce benchmark: {profile} build {rev}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores ({cpu}), {pg_version}")
 print(f"  {duration} per measurement; new payments at {concurrency} clients, replays at {replay_concurrency}; "
-      f"pool {pool} connections; simulator without latency; RUST_LOG=warn\n")
+      f"pool {pool} connections; worker threads: {os.environ.get('PAYONCE_WORKER_THREADS', 'one per core')} "
+      f"(PAYONCE_WORKER_THREADS); simulator without latency; RUST_LOG=warn\n")
 print(f"  {'1 pgbench: one payment’s statements':<38} {pg_tps:>9.0f}/s   average {pg_latency:.2f} ms")
 print(line("2 new payments through payonce", new))
 print(line(f"3 replays, {replay_concurrency} clients flat out", replays))

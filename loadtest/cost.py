@@ -102,7 +102,7 @@ class Postgres:
     def children(self):
         try:
             return [int(p) for p in pathlib.Path(f"/proc/{self.postmaster}/task/{self.postmaster}/children").read_text().split()]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             return []
 
     def classify(self, pid):
@@ -110,8 +110,8 @@ class Postgres:
             return "background"
         try:
             title = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except FileNotFoundError:
-            return None
+        except (FileNotFoundError, ProcessLookupError):
+            return None  # it exited between the listing and the read (ESRCH on a vanishing pid)
         if not title.startswith("postgres:"):
             return None  # just forked: still the postmaster's command line; look again next time
         if re.search(rf"\s{re.escape(self.db)}\s", title + " "):

@@ -31,6 +31,12 @@ struct Cli {
     #[arg(long, env = "PAYONCE_LOG_FORMAT", value_enum, default_value = "pretty", global = true)]
     log_format: LogFormat,
 
+    /// Threads that run requests (tokio's workers). Unset: one per core. On a machine whose cores
+    /// PostgreSQL shares, fewer threads wake each other less: on two cores, one thread cut the
+    /// CPU of a replay by a fifth to a quarter (docs/performance.md, "Cost per payment").
+    #[arg(long, env = "PAYONCE_WORKER_THREADS", global = true, value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: Option<u16>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -503,7 +509,11 @@ impl ServeArgs {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     telemetry::init(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = cli.worker_threads {
+        builder.worker_threads(usize::from(threads));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("payonce: could not start the async runtime: {err}");
