@@ -315,7 +315,10 @@ async fn the_form_sent_twice_is_one_refund() {
     .unwrap();
     assert_eq!((customer.as_str(), route.as_str(), by.as_deref()), ("acme", "/v1/refunds", Some("operator:alice")));
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    assert_eq!(app.event_kinds(&form.key).await, ["claimed", "refund_created", "completed", "replayed", "mismatch"]);
+    assert_eq!(
+        app.event_kinds_once(&form.key, |kinds| kinds.len() >= 5).await,
+        ["claimed", "refund_created", "completed", "replayed", "mismatch"]
+    );
     let key_page = page(&app, &client, &format!("/admin/keys/{}", key_id(&app, &form.key).await)).await;
     assert!(key_page.contains("Requested by</dt><dd>operator:alice"), "{key_page}");
     // The customer sees its refund through the API, as any other.

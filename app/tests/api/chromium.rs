@@ -124,9 +124,17 @@ impl Browser {
         field.send_keys(value).await.unwrap();
     }
 
-    /// Clicks the first element matching a CSS selector.
+    /// Clicks the first element matching a CSS selector. A page that refreshes itself (the
+    /// dashboard's live refresh swaps its tables every 2 s) may replace the element between
+    /// finding and clicking it: then the new one is found and clicked.
     pub async fn click(&self, css: &str) {
-        self.find(css).await.click().await.unwrap_or_else(|err| panic!("click {css}: {err}"));
+        for _ in 0..5 {
+            match self.find(css).await.click().await {
+                Err(err) if err.is_stale_element_reference() => continue,
+                done => return done.unwrap_or_else(|err| panic!("click {css}: {err}")),
+            }
+        }
+        panic!("click {css}: replaced five times in a row before it could be clicked");
     }
 
     /// Waits (up to 15 s) until the page's text contains `needle`; panics with the page otherwise.

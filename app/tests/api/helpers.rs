@@ -658,6 +658,19 @@ impl TestApp {
     pub async fn event_kinds(&self, idempotency_key: &str) -> Vec<String> {
         self.database.event_kinds(idempotency_key).await
     }
+
+    /// Kinds of the events of a key once `done` says they are all there, or after 5 s: for the
+    /// batched observations (replayed, conflict, mismatch), which a busy machine writes later than
+    /// [`TestDatabase::event_kinds`]' pause.
+    pub async fn event_kinds_once(&self, idempotency_key: &str, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let kinds = self.event_kinds(idempotency_key).await;
+            if done(&kinds) || Instant::now() > deadline {
+                return kinds;
+            }
+        }
+    }
 }
 
 impl Drop for TestApp {
