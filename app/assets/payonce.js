@@ -44,3 +44,19 @@
     }
   });
 })();
+
+// Signing out ends the live refresh. A refresh still on its way when the session is deleted is
+// answered "sign in again" (HX-Redirect to the login page, as for a session that expired), and
+// htmx would follow that redirect over the sign-out's own navigation: the operator who had just
+// signed out would read "Your session expired". So once the sign-out form is sent, no refresh
+// starts and no refresh's answer is acted on.
+(function () {
+  "use strict";
+  var leaving = false;
+  document.addEventListener("submit", function (event) {
+    if (event.target.matches && event.target.matches("form[action='/admin/logout']")) { leaving = true; }
+  });
+  ["htmx:beforeRequest", "htmx:beforeOnLoad"].forEach(function (name) {
+    document.addEventListener(name, function (event) { if (leaving) { event.preventDefault(); } });
+  });
+})();
