@@ -538,7 +538,7 @@ cluster() {
     local flags=()
     [ "$want" != async ] || flags=(--async)
     ha up "${flags[@]}" >"$logs/ha-env" 2>>"$logs/ha.log" ||
-        { tail -n 25 "$logs/ha.log" >&2; note "loadtest/ha.sh up failed (its log: $logs/ha.log)"; exit 1; }
+        { tail -n 40 "$logs/ha.log" >&2; note "loadtest/ha.sh up failed (its log: $logs/ha.log)"; exit 1; }
     # shellcheck source=/dev/null
     . "$logs/ha-env"
     cluster_mode=$want
@@ -771,6 +771,12 @@ restore() {
     p_after=$(db "$db_url" "select count(*) from payments where id in ($(sql_list <"$dir/pay-ids"))")
     r_after=$(db "$db_url" "select count(*) from refunds where id in ($(sql_list <"$dir/refund-ids"))")
     k_after=$(db "$db_url" "select count(*) from idempotency_keys where key like '$prefix-%'")
+    # A restore that lost the database itself (not only the rows after the backup) is a failed
+    # restore, not a count: say so, and let the checks below fail on it.
+    if [ -z "$p_after$r_after$k_after" ]; then
+        note "the restored cluster has no database $database: the backup was not what came back"
+        p_after=-1 r_after=-1 k_after=-1 status=1
+    fi
     echo "after the restore: payments left $p_after, refunds left $r_after, keys left $k_after"
     echo "retrying every payment, then every refund, with the same key and body, then once more"
     py send "$(IFS=,; echo "${servers[*]}")" "$api_key" "$dir/pay-requests.json" "$dir/pay-retried.json" || status=1

@@ -229,7 +229,13 @@ spawn() { # spawn NAME COMMAND…: a daemon in its own session, logging to $HA_D
     local name=$1
     shift
     setsid "${run_as[@]}" "$@" </dev/null >>"$HA_DIR/logs/$name.log" 2>&1 9>&- &
-    echo $! >"$HA_DIR/pids/$name.pid"
+    local pid=$! _
+    echo "$pid" >"$HA_DIR/pids/$name.pid"
+    # Until the fork has exec'd, its command line is this script's, and `ours` (so `pid_of`)
+    # says it is not running: a caller polling "running, or died?" would read "died" and go on.
+    # A restore did exactly that, started the other nodes at once, and one of them bootstrapped
+    # an empty cluster before node1 restored the backup.
+    for _ in $(seq 50); do ours "$pid" || ! alive "$pid" && break; sleep 0.1; done
 }
 
 # The postmaster of a node (Patroni starts it in a session of its own: killing Patroni leaves it).
@@ -632,10 +638,10 @@ wait_leader_then_others() { # starts node1, waits for it to lead, then the other
     start_node node1
     wait_until "$HA_TIMEOUT" leader node1_leads_or_died ||
         fail_with_log node1 "node1 did not become the leader within $HA_TIMEOUT s"
-    if ! pid_of node1 >/dev/null; then
-        grep -E "FATAL|ERROR|Failed|failed" "$HA_DIR/logs/node1.log" | grep -v "is starting up" | tail -n 8 | sed 's/^/ha:   /' >&2 || true
-        die "node1's Patroni gave up bootstrapping (the lines above; the whole log: $HA_DIR/logs/node1.log)"
-    fi
+    # The whole tail, not only its error lines: a Patroni that stops before it logs anything
+    # leaves a Python traceback, or a line of setpriv's, and nothing else to go on.
+    pid_of node1 >/dev/null ||
+        fail_with_log node1 "node1's Patroni gave up bootstrapping (the lines above; the whole log: $HA_DIR/logs/node1.log)"
     step "node1 leads; starting the other nodes, which clone it (pg_basebackup)"
     for node in "${nodes[@]:1}"; do start_node "$node"; done
     wait_until "$HA_TIMEOUT" ready cluster_ready ||
@@ -1088,7 +1094,10 @@ if action == "add":
 with open(path, "w") as f:
     f.writelines(lines)
 PY
-    psql_node "$node" -c "select pg_reload_conf()" >/dev/null
+    # A node on its way down (a demoted leader restarting to follow, pg_rewind) may refuse the
+    # reload: nothing is lost, since Patroni writes pg_hba.conf anew when it starts PostgreSQL.
+    psql_node "$node" -c "select pg_reload_conf()" >/dev/null 2>&1 ||
+        step "$node: not reloaded (it is restarting; Patroni rewrites its pg_hba.conf as it starts)"
 }
 
 cmd_backup() {
