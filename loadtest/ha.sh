@@ -222,7 +222,11 @@ pid_of() { # pid_of NAME → the live pid, or fails
 }
 
 ours() { # ours PID: alive, and its command line names the state folder
-    [ -n "$1" ] && [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$HA_DIR/"
+    # No `tr | grep -q` pipe: under pipefail, grep leaving at its first match can fail the pipe
+    # (tr's write after it, SIGPIPE/EPIPE), and a live node read as gone. That is what made
+    # `ha.sh up` say "node1's Patroni gave up bootstrapping" in CI with Patroni running.
+    local cmdline
+    [ -n "$1" ] && cmdline=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) && [[ $cmdline == *"$HA_DIR/"* ]]
 }
 
 spawn() { # spawn NAME COMMAND…: a daemon in its own session, logging to $HA_DIR/NAME.log
@@ -640,8 +644,14 @@ wait_leader_then_others() { # starts node1, waits for it to lead, then the other
         fail_with_log node1 "node1 did not become the leader within $HA_TIMEOUT s"
     # The whole tail, not only its error lines: a Patroni that stops before it logs anything
     # leaves a Python traceback, or a line of setpriv's, and nothing else to go on.
-    pid_of node1 >/dev/null ||
+    if ! pid_of node1 >/dev/null; then
+        local pid
+        pid=$(cat "$HA_DIR/pids/node1.pid" 2>/dev/null)
+        printf 'ha: node1 pid file: %s; that process: %s; patroni processes of this folder: %s\n' "${pid:-none}" \
+            "$(ps -o stat=,args= -p "${pid:-0}" 2>/dev/null || echo gone)" \
+            "$(pgrep -af "$HA_DIR/node1/patroni.yml" | tr '\n' ';' || true)" >&2
         fail_with_log node1 "node1's Patroni gave up bootstrapping (the lines above; the whole log: $HA_DIR/logs/node1.log)"
+    fi
     step "node1 leads; starting the other nodes, which clone it (pg_basebackup)"
     for node in "${nodes[@]:1}"; do start_node "$node"; done
     wait_until "$HA_TIMEOUT" ready cluster_ready ||
