@@ -239,15 +239,9 @@ async fn double_click_on_pay_charges_once() {
     assert_eq!(app.charges_for(&key).await.len(), 1, "one charge for the double click");
     assert_eq!(app.count("payments").await, 1);
     // A conflict or a replay is an observation, written in a batch a moment late (later on a
-    // busy machine): give it up to 5 s.
+    // busy machine): event_kinds_once gives it up to 5 s.
     let retried = |kinds: &[String]| kinds.iter().any(|k| k == "conflict" || k == "replayed");
-    let mut kinds = app.event_kinds(&key).await;
-    for _ in 0..50 {
-        if retried(&kinds) {
-            break;
-        }
-        kinds = app.event_kinds(&key).await;
-    }
+    let kinds = app.event_kinds_once(&key, retried).await;
     assert!(retried(&kinds), "the second click reached the server as a retry of the same key: {kinds:?}");
 
     // Back to the very same checkout page, and Pay again: a replay, not a second charge.
