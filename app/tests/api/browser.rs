@@ -1,6 +1,7 @@
 //! The dashboard and the shop in a real browser (headless Chromium, see `chromium.rs`): what an
 //! operator and a customer see and do, asserted against the database and the gateway's ledger.
-//! Each page visited is saved as `target/browser-artifacts/<name>.png`.
+//! With `PAYONCE_SCREENSHOTS=1`, each page visited is saved as
+//! `target/browser-artifacts/<name>.png`.
 
 use std::time::Duration;
 
@@ -524,7 +525,8 @@ return Array.from(document.querySelectorAll('.counts a')).map(function (card) {
 /// Created behind a scroll bar), with its disclosures closed or open, and no drop-down cuts its
 /// labels ("All four, one after th"); the overview's badges line up, and a Stuck or Failed card
 /// stands out only when it is not zero; the lab's times have one decimal at most (it once printed
-/// `326.09999999999997 ms`). Each page is saved as `target/browser-artifacts/projector-*.png`.
+/// `326.09999999999997 ms`). With `PAYONCE_SCREENSHOTS=1`, each page is saved as
+/// `target/browser-artifacts/projector-*.png`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_dashboard_fits_a_projector() {
     let app = crate::lab::lab_app().await;
@@ -623,7 +625,6 @@ async fn the_dashboard_fits_a_projector() {
             ));
         }
         browser.screenshot(&format!("projector-{name}")).await;
-        browser.projector().await;
     }
     assert!(unfit.is_empty(), "pages wider than a 1280 px projector:\n{}", unfit.join("\n"));
 

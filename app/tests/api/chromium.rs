@@ -36,6 +36,17 @@ pub fn artifacts_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-artifacts")
 }
 
+/// The environment variable that makes the browser tests save what they see
+/// (`PAYONCE_SCREENSHOTS=1`; `docs/images/update.sh` sets it). Off by default: each of the ~60
+/// full-page screenshots costs Chromium a stretched window's layout and a PNG of up to
+/// 1280 × 4000 pixels, on the two cores the whole suite shares (with them the API tests took
+/// 108.7 s, without 104.5 s; the tests' own times summed 834 s against 783 s: issue 19).
+pub const SCREENSHOTS: &str = "PAYONCE_SCREENSHOTS";
+
+fn screenshots() -> bool {
+    std::env::var_os(SCREENSHOTS).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 fn tool(env: &str, default: &str) -> PathBuf {
     let path = std::env::var_os(env).map_or_else(|| PathBuf::from(default), PathBuf::from);
     assert!(
@@ -166,13 +177,18 @@ impl Browser {
     }
 
     /// Writes a screenshot of the whole page to `target/browser-artifacts/<name>.png` (the
-    /// window is stretched to the page's height for it, then put back).
+    /// window is stretched to the page's height for it, then put back as it was), when
+    /// [`SCREENSHOTS`] is set.
     pub async fn screenshot(&self, name: &str) {
-        let height = self.client.execute("return document.documentElement.scrollHeight", vec![]).await;
-        let height = height.ok().and_then(|h| h.as_u64()).unwrap_or(900).clamp(900, 4000) as u32;
-        self.client.set_window_size(WIDTH, height + CHROME_HEIGHT).await.expect("stretch the window");
+        if !screenshots() {
+            return;
+        }
+        let (width, height) = self.client.get_window_size().await.expect("the window's size");
+        let page = self.client.execute("return document.documentElement.scrollHeight", vec![]).await;
+        let page = page.ok().and_then(|h| h.as_u64()).unwrap_or(900).clamp(900, 4000) as u32;
+        self.client.set_window_size(width as u32, page + CHROME_HEIGHT).await.expect("stretch the window");
         let png = self.client.screenshot().await.expect("a screenshot");
-        self.client.set_window_size(WIDTH, HEIGHT).await.expect("restore the window");
+        self.client.set_window_size(width as u32, height as u32).await.expect("restore the window");
         let dir = artifacts_dir();
         std::fs::create_dir_all(&dir).expect("create target/browser-artifacts");
         std::fs::write(dir.join(format!("{name}.png")), png).expect("write the screenshot");
@@ -194,6 +210,9 @@ impl Browser {
 
     /// [`Self::screenshot`] at a phone's width.
     pub async fn screenshot_phone(&self, name: &str) {
+        if !screenshots() {
+            return;
+        }
         let png = self.client.screenshot().await.expect("a screenshot");
         let dir = artifacts_dir();
         std::fs::create_dir_all(&dir).expect("create target/browser-artifacts");

@@ -307,8 +307,8 @@ async fn only_the_engine_serves_outside_the_lab() {
 
 /// The dashboard's Lab page in a real browser: an operator runs all four strategies over two
 /// servers; the result shows each strategy, check-then-insert's double charges in red with their
-/// keys, and a raced key's timeline; the run is listed. Saved as `target/browser-artifacts/lab.png`
-/// (docs/images/lab.png is that screenshot).
+/// keys, and a raced key's timeline; the run is listed. Saved (with `PAYONCE_SCREENSHOTS=1`) as
+/// `target/browser-artifacts/lab.png` (docs/images/lab.png is that screenshot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lab_page_runs_a_storm_and_shows_double_charges_in_red() {
     let app = lab_app().await;
