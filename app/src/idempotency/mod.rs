@@ -35,6 +35,7 @@ pub mod operator;
 pub mod recovery;
 pub mod replays;
 pub mod response;
+pub mod submit;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,8 +48,9 @@ pub use events::{Event, EventKind, EventLog};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use lease::{FenceError, Lease, LeaseLost, RecoveryPoint};
-pub use operation::{Answer, Begun, BoxFuture, Idempotent, LookedUp, Operations, ProcessError, SubmitError};
+pub use operation::{Begun, BoxFuture, Idempotent, LookedUp, Operations, ProcessError};
 pub use response::StoredResponse;
+pub use submit::{Answer, SubmitError};
 
 /// Timing policy of the engine.
 #[derive(Debug, Clone, Copy)]

@@ -1,13 +1,14 @@
 //! The seam between the engine and what a request does: the [`Idempotent`] trait an operation
-//! implements, and the engine's side of it (submitting a request, resuming a key, the registry
-//! the sweeper dispatches through).
+//! implements, and the engine's side of it (driving a held key, the registry the sweeper
+//! dispatches through). Submitting a request, which claims and then drives, is
+//! [`super::submit`]'s.
 //!
 //! An operation declares four things; the engine does everything else (claim, scope,
 //! fingerprint, state, lease, heartbeat, fencing, recovery, the sweeper's completion, events,
 //! replay):
 //!
 //! * its **route** (method and route template): the scope of its keys;
-//! * its **canonical request**: the caller builds an [`Operation`] from it, which fingerprints it
+//! * its **canonical request**: the caller builds an [`Operation`](super::Operation) from it, which fingerprints it
 //!   and stores it with the key, so the work can be finished without the client;
 //! * its **phases**: the recovery points between `started` and `finished`, what each commits.
 //!   The first is written by [`Idempotent::begin`] *inside the claim's transaction*: the key and
@@ -29,7 +30,6 @@ use std::time::Duration;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::claim::{Busy, Claim, ClaimError, Operation};
 use super::downstream::{GatewayError, Refusal};
 use super::lease::{FenceError, Lease, LeaseLost, RecoveryPoint};
 use super::{Engine, StoredResponse};
@@ -167,52 +167,7 @@ impl From<FenceError> for ProcessError {
     }
 }
 
-/// The final answer to an idempotent request.
-#[derive(Debug)]
-pub struct Answer {
-    /// The stored response (or, for a rejected request, the answer that was not stored).
-    pub stored: StoredResponse,
-    /// Whether it was replayed from an earlier request with the same key.
-    pub replayed: bool,
-}
-
-/// Why a request has no final answer yet.
-#[derive(Debug, thiserror::Error)]
-pub enum SubmitError {
-    #[error("the idempotency key may not be taken now ({})", .reason.as_str())]
-    Busy { retry_after: Duration, reason: Busy },
-    #[error(transparent)]
-    Claim(#[from] ClaimError),
-    #[error(transparent)]
-    Process(#[from] ProcessError),
-}
-
 impl Engine {
-    /// Runs `request` through `operation` to its final answer: claims the key together with the
-    /// operation's first write, then drives it; or replays; or says why not now.
-    pub async fn submit(
-        &self,
-        operation: &dyn Idempotent,
-        request: &Operation,
-        owner: &str,
-    ) -> Result<Answer, SubmitError> {
-        // Losing the lease mid-way means another worker took over; looking at the key again
-        // tells the client what became of it (usually "in flight").
-        for _ in 0..3 {
-            match self.claim_with(request, owner, Some(operation)).await? {
-                Claim::Completed(stored) => return Ok(Answer { stored, replayed: true }),
-                Claim::Rejected(stored) => return Ok(Answer { stored, replayed: false }),
-                Claim::InFlight { retry_after, reason } => return Err(SubmitError::Busy { retry_after, reason }),
-                Claim::Acquired(lease) => match self.drive(operation, lease).await {
-                    Ok(stored) => return Ok(Answer { stored, replayed: false }),
-                    Err(ProcessError::LeaseLost(_)) => continue,
-                    Err(err) => return Err(err.into()),
-                },
-            }
-        }
-        Err(SubmitError::Busy { retry_after: Duration::from_secs(1), reason: Busy::InFlight })
-    }
-
     /// Drives a held key with `operation` to its stored response. A key still at `started`
     /// (claimed without its first write: an older version's key, or a plain [`Engine::claim`])
     /// gets its first write first ([`Engine::begin`]): if the resource refuses, that is the key's

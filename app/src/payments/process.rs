@@ -232,7 +232,7 @@ async fn create_payment(conn: &mut PgConnection, lease: &Lease, request: &NewPay
     .fetch_optional(conn)
     .await?;
     let Some(created_at) = created_at else { return Ok(None) };
-    crate::idempotency::events::count_phase(&PAYMENT_CREATED, 1);
+    crate::idempotency::events::count_phase(PAYMENT_CREATED.as_str(), 1);
     Ok(Some(Payment::pending(id, lease.customer_id, request, metadata, created_at)))
 }
 

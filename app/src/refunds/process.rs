@@ -237,7 +237,7 @@ async fn reserve(
     .fetch_optional(&mut *conn)
     .await?
     .ok_or_else(|| sqlx::Error::Protocol("the payment's row changed under its lock".into()))?;
-    crate::idempotency::events::count_phase(&REFUND_CREATED, 1);
+    crate::idempotency::events::count_phase(REFUND_CREATED.as_str(), 1);
     let refund = Refund {
         id,
         customer_id: lease.customer_id,

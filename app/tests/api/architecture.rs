@@ -1,6 +1,7 @@
 //! The shape of `app/src`: its top-level modules import one another without a circle, so each
-//! can be read (and taught) from the ones below it. `lib.rs` lists the layers; a `crate::x` path
-//! in a module's code (not its comments, not its tests) is an import of `x`.
+//! can be read (and taught) from the ones below it, and so do the engine's own files. `lib.rs`
+//! lists the layers; a `crate::x` path in a module's code (not its comments, not its tests) is an
+//! import of `x`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -15,6 +16,19 @@ fn the_top_level_modules_import_without_a_circle() {
     assert!(graph["app"].contains("http"), "the parser no longer sees imports: {:?}", graph["app"]);
     let circles = circles(&graph);
     assert!(circles.is_empty(), "import circles among app/src's top-level modules: {circles:?}\n{graph:#?}");
+}
+
+/// The engine's files (`app/src/idempotency/`) import one another without a circle either
+/// (`claim` ⇄ `operation` was one: the claim runs the operation's first write, and submitting
+/// claimed). A name reached through `super::` or `crate::idempotency::` is an import of the file
+/// that defines it, through `mod.rs`'s re-exports.
+#[test]
+fn the_engine_files_import_without_a_circle() {
+    let graph = sibling_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/idempotency"));
+    assert!(graph.len() > 10, "the engine's files were not found: {graph:?}");
+    assert!(graph["claim"].contains("lease"), "the parser no longer sees imports: {:?}", graph["claim"]);
+    let circles = circles(&graph);
+    assert!(circles.is_empty(), "import circles among the engine's files: {circles:?}\n{graph:#?}");
 }
 
 /// The check can fail: a graph with a circle is reported, one without is not.
@@ -56,7 +70,44 @@ fn import_graph(src: &Path) -> Graph {
         let test_files = test_files(&files);
         for file in files.iter().filter(|file| file.exists() && !test_files.iter().any(|t| file.starts_with(t))) {
             let code = without_tests(&without_comments(&std::fs::read_to_string(file).unwrap()));
-            imports.extend(named_modules(&code).into_iter().filter(|name| modules.contains(name) && name != module));
+            imports.extend(
+                named_after(&code, "crate::").into_iter().filter(|name| modules.contains(name) && name != module),
+            );
+        }
+    }
+    graph
+}
+
+/// Each file of the module `dir` (but its `mod.rs`) and the sibling files its code names.
+fn sibling_graph(dir: &Path) -> Graph {
+    let code = |file: &Path| without_tests(&without_comments(&std::fs::read_to_string(file).unwrap()));
+    let files: BTreeMap<String, PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+        .map(|path| (path.file_stem().unwrap().to_str().unwrap().to_owned(), path))
+        .filter(|(name, _)| name != "mod")
+        .collect();
+    // `pub use file::{A, B};` in mod.rs: A and B are file's.
+    let mut exported = BTreeMap::new();
+    for statement in code(&dir.join("mod.rs")).split(';') {
+        if let Some(path) = statement.trim().strip_prefix("pub use ")
+            && let Some((file, items)) = path.split_once("::")
+            && files.contains_key(file)
+        {
+            for item in items.trim_matches(|c| c == '{' || c == '}').split(',') {
+                exported.insert(item.trim().to_owned(), file.to_owned());
+            }
+        }
+    }
+    let prefix = format!("crate::{}::", dir.file_name().unwrap().to_str().unwrap());
+    let mut graph = Graph::new();
+    for (name, path) in &files {
+        let code = code(path);
+        let imports = graph.entry(name.clone()).or_default();
+        for named in named_after(&code, "super::").into_iter().chain(named_after(&code, &prefix)) {
+            let file = if files.contains_key(&named) { Some(named) } else { exported.get(&named).cloned() };
+            imports.extend(file.filter(|file| file != name));
         }
     }
     graph
@@ -131,12 +182,13 @@ fn without_tests(code: &str) -> String {
     out
 }
 
-/// The names `code` reaches through `crate::`: `crate::a::…` and `crate::{a, b::…}`.
-fn named_modules(code: &str) -> BTreeSet<String> {
+/// The names `code` reaches through `prefix` (`crate::`, say): `crate::a::…` and
+/// `crate::{a, b::…}`.
+fn named_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let word = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
     let mut names = BTreeSet::new();
-    for (at, _) in code.match_indices("crate::") {
-        let rest = &code[at + "crate::".len()..];
+    for (at, _) in code.match_indices(prefix) {
+        let rest = &code[at + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let group = &group[..group.find('}').unwrap_or(group.len())];
             // Top-level entries only: what follows `{` or a comma outside nested braces.
