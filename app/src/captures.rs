@@ -52,7 +52,7 @@ impl Idempotent for Settles {
 
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
-            let request = Settle::deserialize(&lease.request).map_err(|err| sqlx::Error::Decode(err.into()))?;
+            let request: Settle = lease.request_as().map_err(|err| sqlx::Error::Decode(err.into()))?;
             let Some(id) = PaymentId::parse(&request.payment) else { return Ok(Begun::Rejected(no_such_payment())) };
             let phase = self.first_phase();
             let row = sqlx::query!(
@@ -98,11 +98,11 @@ impl Idempotent for Settles {
 
     fn resume(&self, lease: Lease) -> BoxFuture<'_, Result<StoredResponse, ProcessError>> {
         Box::pin(async move {
-            let corrupt = |reason: &str| ProcessError::Corrupt { key_id: lease.key_id, reason: reason.to_owned() };
-            let request = Settle::deserialize(&lease.request).map_err(|_| corrupt("its request is unreadable"))?;
-            let id = PaymentId::parse(&request.payment).ok_or_else(|| corrupt("its payment id is unreadable"))?;
+            let request: Settle = lease.request_as()?;
+            let id = PaymentId::parse(&request.payment).ok_or_else(|| lease.corrupt("its payment id is unreadable"))?;
             let payment = store::find(lease.engine().pool(), lease.customer_id, id).await?;
-            let intent = payment.and_then(|p| p.payment_intent).ok_or_else(|| corrupt("no authorized payment"))?;
+            let intent =
+                payment.and_then(|p| p.payment_intent).ok_or_else(|| lease.corrupt("no authorized payment"))?;
             let key =
                 format!("payonce-{}-{}", if self.capture { "capture" } else { "cancel" }, lease.identity().simple());
             let answer = match (lease.exhausted(), self.capture) {

@@ -198,6 +198,20 @@ impl Engine {
 }
 
 impl Lease {
+    /// A key whose stored state this code cannot continue (an unreadable request, a resource
+    /// missing at the point that wrote it): [`ProcessError::Corrupt`], one mapping for every
+    /// operation.
+    pub fn corrupt(&self, reason: impl Into<String>) -> ProcessError {
+        ProcessError::Corrupt { key_id: self.key_id, reason: reason.into() }
+    }
+
+    /// The canonical request stored with the key, as the operation's own type; unreadable, the
+    /// key is [`Lease::corrupt`]. In [`Idempotent::begin`], whose errors are the database's, it
+    /// becomes a decode error.
+    pub fn request_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, ProcessError> {
+        T::deserialize(&self.request).map_err(|err| self.corrupt(format!("its stored request is unreadable: {err}")))
+    }
+
     /// Gives the key back after an attempt whose answer does not tell (a refusal, an unknown
     /// outcome, an absence too early to believe), so the next attempt can start as soon as its
     /// backoff allows. Returns how long that is. A key no longer ours was taken over:

@@ -27,7 +27,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -75,8 +74,7 @@ impl Idempotent for Payments {
 
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
-            let request = NewPayment::deserialize(&lease.request)
-                .map_err(|err| sqlx::Error::Decode(format!("stored payment request unreadable: {err}").into()))?;
+            let request: NewPayment = lease.request_as().map_err(|err| sqlx::Error::Decode(err.into()))?;
             let Some(payment) = create_payment(conn, lease, &request).await? else {
                 return Ok(Begun::Taken);
             };
@@ -125,12 +123,12 @@ pub async fn run(gateway: &Gateway, mut lease: Lease) -> Result<StoredResponse, 
             }
             None => store::find_by_key(lease.engine().pool(), lease.key_id)
                 .await?
-                .ok_or_else(|| corrupt(&lease, "at payment_created without a payment".into()))?,
+                .ok_or_else(|| lease.corrupt("at payment_created without a payment"))?,
         },
         // The engine begins a key at `started` before it resumes it; a finished key is final, and
         // a final key's lease is never handed out.
         other => {
-            return Err(corrupt(&lease, format!("asked to resume a key at {other}")));
+            return Err(lease.corrupt(format!("asked to resume a key at {other}")));
         }
     };
     if lease.exhausted() {
@@ -422,10 +420,6 @@ pub(crate) fn final_response(payment: &Payment, decline: Option<&Decline>) -> St
         Some(payment.location()),
         problem.to_json(),
     )
-}
-
-fn corrupt(lease: &Lease, reason: String) -> ProcessError {
-    ProcessError::Corrupt { key_id: lease.key_id, reason }
 }
 
 /// The same payment without the idempotency layer: no key, no lease, no fence, no stored

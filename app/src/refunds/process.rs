@@ -28,7 +28,6 @@
 use std::collections::HashMap;
 
 use axum::http::StatusCode;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
 
@@ -80,8 +79,7 @@ impl Idempotent for Refunds {
 
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
-            let request = NewRefund::deserialize(&lease.request)
-                .map_err(|err| sqlx::Error::Decode(format!("stored refund request unreadable: {err}").into()))?;
+            let request: NewRefund = lease.request_as().map_err(|err| sqlx::Error::Decode(err.into()))?;
             match reserve(conn, lease, &request).await? {
                 Ok(Some(created)) => {
                     lease.carry(created);
@@ -123,21 +121,21 @@ async fn run(gateway: &Gateway, mut lease: Lease) -> Result<StoredResponse, Proc
     let point = lease.recovery_point.as_str().to_owned();
     let created = match point.as_str() {
         point if point == REFUND_CREATED.as_str() => lease.take::<Created>(),
-        other => return Err(corrupt(&lease, format!("asked to resume a key at {other}"))),
+        other => return Err(lease.corrupt(format!("asked to resume a key at {other}"))),
     };
     let Created { refund, payment_intent } = match created {
         Some(created) => created,
         None => {
             let (refund, payment_intent) = store::find_by_key(lease.engine().pool(), lease.key_id)
                 .await?
-                .ok_or_else(|| corrupt(&lease, "at refund_created without a refund".into()))?;
+                .ok_or_else(|| lease.corrupt("at refund_created without a refund"))?;
             Created { refund, payment_intent }
         }
     };
     failpoint::hit("after_refund_created").await;
     let Some(payment_intent) = payment_intent else {
         // A succeeded payment always has its PaymentIntent (the answer that made it succeed named it).
-        return Err(corrupt(&lease, "the refunded payment has no PaymentIntent".into()));
+        return Err(lease.corrupt("the refunded payment has no PaymentIntent"));
     };
     if lease.exhausted() {
         return reconcile(gateway, lease, refund, &payment_intent).await;
@@ -360,7 +358,7 @@ async fn finish(lease: &Lease, mut refund: Refund) -> Result<StoredResponse, Pro
         .fetch_one(&mut *tx)
         .await?;
         let status = RefundStatus::parse(&row.status)
-            .ok_or_else(|| corrupt(lease, format!("refund status {} unknown", row.status)))?;
+            .ok_or_else(|| lease.corrupt(format!("refund status {} unknown", row.status)))?;
         if status != refund.status {
             tracing::info!(
                 key_id = %lease.key_id,
@@ -490,8 +488,4 @@ fn exceeds(payment: PaymentId, amount: i64, remaining: i64, paid: i64, currency:
     .with("amount", paid)
     .with("remaining", remaining);
     StoredResponse::new(StatusCode::CONFLICT, problem::CONTENT_TYPE, None, problem.to_json())
-}
-
-fn corrupt(lease: &Lease, reason: String) -> ProcessError {
-    ProcessError::Corrupt { key_id: lease.key_id, reason }
 }
