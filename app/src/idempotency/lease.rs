@@ -107,6 +107,59 @@ pub struct LeaseLost {
     pub token: i64,
 }
 
+/// A lease's key and fencing token ([`Lease::fence`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Fence {
+    engine: Engine,
+    key_id: Uuid,
+    token: i64,
+}
+
+impl Fence {
+    /// [`Lease::release`].
+    pub(crate) async fn release(&self, reason: &str, refused: Option<Value>) -> sqlx::Result<Option<Duration>> {
+        let budget = self.engine.sql_budget();
+        let released = sqlx::query_scalar!(
+            r#"
+            with released as (
+                update idempotency_keys
+                   set locked_until = now(), lease_owner = null, updated_at = now()
+                 where id = $1 and lease_token = $2 and state = 'processing'
+                returning id, customer_id, lease_token, recovery_point, attempts, created_at, locked_until
+            ), event as (
+                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
+                select id, customer_id, 'released', lease_token,
+                       jsonb_build_object('reason', $3::text, 'recovery_point', recovery_point)
+                from released
+                union all
+                select id, customer_id, 'refused', lease_token, $4::jsonb
+                from released where $4::jsonb is not null
+            )
+            select extract(epoch from idempotency_retry_at(locked_until, attempts, created_at, $5, $6, $7, $8) - now())::float8
+                   as "retry_in!"
+            from released
+            "#,
+            self.key_id,
+            self.token,
+            reason,
+            refused.clone(),
+            budget.max_attempts,
+            budget.horizon,
+            budget.base,
+            budget.cap,
+        )
+        .fetch_optional(self.engine.pool())
+        .await?;
+        if released.is_some() {
+            EventKind::Released.count(1);
+            if refused.is_some() {
+                EventKind::Refused.count(1);
+            }
+        }
+        Ok(released.map(|secs| Duration::try_from_secs_f64(secs).unwrap_or_default()))
+    }
+}
+
 impl Lease {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -231,45 +284,13 @@ impl Lease {
     /// in the same statement. Returns how long until the key may be tried again, or `None` if it
     /// was no longer ours.
     pub async fn release(&self, reason: &str, refused: Option<Value>) -> sqlx::Result<Option<Duration>> {
-        let budget = self.engine.sql_budget();
-        let released = sqlx::query_scalar!(
-            r#"
-            with released as (
-                update idempotency_keys
-                   set locked_until = now(), lease_owner = null, updated_at = now()
-                 where id = $1 and lease_token = $2 and state = 'processing'
-                returning id, customer_id, lease_token, recovery_point, attempts, created_at, locked_until
-            ), event as (
-                insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
-                select id, customer_id, 'released', lease_token,
-                       jsonb_build_object('reason', $3::text, 'recovery_point', recovery_point)
-                from released
-                union all
-                select id, customer_id, 'refused', lease_token, $4::jsonb
-                from released where $4::jsonb is not null
-            )
-            select extract(epoch from idempotency_retry_at(locked_until, attempts, created_at, $5, $6, $7, $8) - now())::float8
-                   as "retry_in!"
-            from released
-            "#,
-            self.key_id,
-            self.token,
-            reason,
-            refused.clone(),
-            budget.max_attempts,
-            budget.horizon,
-            budget.base,
-            budget.cap,
-        )
-        .fetch_optional(self.engine.pool())
-        .await?;
-        if released.is_some() {
-            EventKind::Released.count(1);
-            if refused.is_some() {
-                EventKind::Refused.count(1);
-            }
-        }
-        Ok(released.map(|secs| Duration::try_from_secs_f64(secs).unwrap_or_default()))
+        self.fence().release(reason, refused).await
+    }
+
+    /// The lease's key and fencing token, enough to give it back after the lease itself was
+    /// handed to an operation ([`Engine::drive`]).
+    pub(crate) fn fence(&self) -> Fence {
+        Fence { engine: self.engine.clone(), key_id: self.key_id, token: self.token }
     }
 
     /// Moves the key from recovery point `from` to `to`, fenced, inside the operation's own

@@ -8,8 +8,9 @@
 //! replay):
 //!
 //! * its **route** (method and route template): the scope of its keys;
-//! * its **canonical request**: the caller builds an [`Operation`](super::Operation) from it, which fingerprints it
-//!   and stores it with the key, so the work can be finished without the client;
+//! * its **canonical request**: the caller builds an [`Operation`](super::Operation) from it,
+//!   which fingerprints it and stores it with the key, so the work can be finished without the
+//!   client ([`Lease::request_as`] reads it back);
 //! * its **phases**: the recovery points between `started` and `finished`, what each commits.
 //!   The first is written by [`Idempotent::begin`] *inside the claim's transaction*: the key and
 //!   the operation's first local write commit together, and a new key costs no commit of its
@@ -178,7 +179,18 @@ impl Engine {
         {
             return Ok(response);
         }
-        operation.resume(lease).await
+        let fence = lease.fence();
+        let driven = operation.resume(lease).await;
+        if let Err(ProcessError::Database(err)) = &driven {
+            // The database failed mid-way (a failover, a timeout, a refused write). Held, the key
+            // would stay in flight until its lease ran out, and the client's retry would meet
+            // 409s; given back, the retry resumes it as soon as its backoff allows, under the same
+            // downstream key. A database still failing refuses this too: the lease runs out then.
+            if let Err(release) = fence.release("the database failed mid-way", None).await {
+                tracing::warn!(error = %err, release = %release, "could not give the key back after a database error");
+            }
+        }
+        driven
     }
 
     /// For a key at `started`: writes the operation's first phase in a transaction of its own,

@@ -116,3 +116,32 @@ async fn conflicting_claims_on_a_repeatable_read_database_are_never_500() {
     assert_eq!(served.ledger.charges_for(&key).await.len(), 1);
     assert_eq!(served.database.count("payments").await, 1);
 }
+
+/// The database fails after the claim, in the middle of the work (here it refuses the payment's
+/// final write, after the charge): the client gets its 5xx, and the key is given back at once
+/// instead of staying in flight until its 60 s lease runs out. So the client's immediate retry
+/// resumes it (the gateway replays the charge under the same downstream key: one charge) where
+/// it used to meet 409 `in_flight`.
+#[tokio::test]
+async fn a_database_error_mid_way_gives_the_key_back_at_once() {
+    let app = crate::helpers::TestApp::spawn().await;
+    let api_key = app.customer("acme").await;
+    for statement in [
+        "create function refuse_for_the_test() returns trigger language plpgsql as \
+         $$ begin raise exception 'refused by the test'; end $$",
+        "create trigger refuse before update on payments for each row execute function refuse_for_the_test()",
+    ] {
+        sqlx::query(statement).execute(&app.db).await.unwrap();
+    }
+    let key = new_key();
+    let failed = app.post_payment(&api_key, Some(&key), &payment(500)).send().await.unwrap();
+    assert!(failed.status().is_server_error(), "the final write failed: {}", failed.status());
+    assert_eq!(app.charges_for(&key).await.len(), 1, "the gateway charged before the write failed");
+    sqlx::query("drop trigger refuse on payments").execute(&app.db).await.unwrap();
+
+    let retry = app.post_payment(&api_key, Some(&key), &payment(500)).send().await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CREATED, "resumed at once: {}", retry.text().await.unwrap());
+    assert_eq!(app.charges_for(&key).await.len(), 1, "one charge: the retry got the gateway's replay");
+    let kinds = app.event_kinds(&key).await;
+    assert!(kinds.contains(&"released".to_owned()) && kinds.contains(&"reclaimed".to_owned()), "{kinds:?}");
+}
