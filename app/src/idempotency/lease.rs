@@ -37,7 +37,9 @@ impl RecoveryPoint {
         Self(Cow::Borrowed(name))
     }
 
-    /// Reads the `recovery_point` column (the database's check constraint lists the values).
+    /// Reads the `recovery_point` column. No constraint lists its values (the engine's own two
+    /// and each registered operation's phases); `tests/api/operations.rs` checks that every
+    /// value written is declared.
     pub fn parse(s: &str) -> Option<Self> {
         (!s.is_empty()).then(|| Self(Cow::Owned(s.to_owned())))
     }
