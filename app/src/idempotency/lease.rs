@@ -109,18 +109,17 @@ pub struct LeaseLost {
     pub token: i64,
 }
 
-/// A lease's key and fencing token ([`Lease::fence`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Fence {
-    engine: Engine,
-    key_id: Uuid,
-    token: i64,
-}
-
-impl Fence {
-    /// [`Lease::release`].
-    pub(crate) async fn release(&self, reason: &str, refused: Option<Value>) -> sqlx::Result<Option<Duration>> {
-        let budget = self.engine.sql_budget();
+impl Engine {
+    /// [`Lease::release`] by the lease's key and fencing token: what is left of a lease after it
+    /// was handed to an operation ([`Engine::drive`]).
+    pub(crate) async fn release_key(
+        &self,
+        key_id: Uuid,
+        token: i64,
+        reason: &str,
+        refused: Option<Value>,
+    ) -> sqlx::Result<Option<Duration>> {
+        let budget = self.sql_budget();
         let released = sqlx::query_scalar!(
             r#"
             with released as (
@@ -141,8 +140,8 @@ impl Fence {
                    as "retry_in!"
             from released
             "#,
-            self.key_id,
-            self.token,
+            key_id,
+            token,
             reason,
             refused.clone(),
             budget.max_attempts,
@@ -150,7 +149,7 @@ impl Fence {
             budget.base,
             budget.cap,
         )
-        .fetch_optional(self.engine.pool())
+        .fetch_optional(self.pool())
         .await?;
         if released.is_some() {
             EventKind::Released.count(1);
@@ -286,13 +285,7 @@ impl Lease {
     /// in the same statement. Returns how long until the key may be tried again, or `None` if it
     /// was no longer ours.
     pub async fn release(&self, reason: &str, refused: Option<Value>) -> sqlx::Result<Option<Duration>> {
-        self.fence().release(reason, refused).await
-    }
-
-    /// The lease's key and fencing token, enough to give it back after the lease itself was
-    /// handed to an operation ([`Engine::drive`]).
-    pub(crate) fn fence(&self) -> Fence {
-        Fence { engine: self.engine.clone(), key_id: self.key_id, token: self.token }
+        self.engine.release_key(self.key_id, self.token, reason, refused).await
     }
 
     /// Moves the key from recovery point `from` to `to`, fenced, inside the operation's own

@@ -142,6 +142,10 @@ async fn a_database_error_mid_way_gives_the_key_back_at_once() {
     let retry = app.post_payment(&api_key, Some(&key), &payment(500)).send().await.unwrap();
     assert_eq!(retry.status(), StatusCode::CREATED, "resumed at once: {}", retry.text().await.unwrap());
     assert_eq!(app.charges_for(&key).await.len(), 1, "one charge: the retry got the gateway's replay");
+    let key_row = app.database.key_state(&key).await.unwrap();
+    assert_eq!((key_row.0.as_str(), key_row.1.as_str(), key_row.3), ("completed", "finished", 2), "{key_row:?}");
+    let statuses: Vec<String> = sqlx::query_scalar("select status from payments").fetch_all(&app.db).await.unwrap();
+    assert_eq!(statuses, ["succeeded"], "one payment, completed by the retry");
     let kinds = app.event_kinds(&key).await;
     assert!(kinds.contains(&"released".to_owned()) && kinds.contains(&"reclaimed".to_owned()), "{kinds:?}");
 }

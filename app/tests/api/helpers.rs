@@ -69,10 +69,11 @@ static TEMPLATE: OnceCell<String> = OnceCell::const_new();
 /// The name of a database on `server` that holds payonce's schema, migrated once and then copied
 /// for every test (`CREATE DATABASE … TEMPLATE`, ~0.15 s) instead of each test's server running
 /// the migrations on an empty one (~2 s). On two cores, ~200 tests paying that each made the API
-/// tests 147 s and 283 CPU-seconds (PostgreSQL's 134); copied, 101–115 s and 209 (81): issue 19. The name carries a hash of the
-/// migrations and today's date, so a changed migration, or a history table's days ahead made on
-/// another day, gets a template of its own; older ones are dropped when a new one is made. An
-/// advisory lock makes concurrent test processes build it once.
+/// tests 147 s and 283 CPU-seconds (PostgreSQL's 134); copied, 101–115 s and 209 (81): issue 19.
+/// The name carries a hash of the migrations and today's date, so a changed migration, or a
+/// history table's days ahead made on another day, gets a template of its own; older ones are
+/// dropped when a new one is made. An advisory lock makes concurrent test processes build it
+/// once.
 async fn migrated_template(server: &str) -> String {
     use std::hash::{Hash, Hasher};
     let mut hash = std::collections::hash_map::DefaultHasher::new();
