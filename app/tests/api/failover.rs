@@ -13,15 +13,29 @@ use reqwest::StatusCode;
 use crate::helpers::{ServerProcess, TestApp, assert_problem, new_key, payment};
 
 /// Ends every session of the test database but the caller's, as a primary going down does to
-/// its clients (each learns it on its next statement: 57P01, or a closed connection).
+/// its clients (each learns it on its next statement: 57P01, or a closed connection), and waits
+/// until they are gone: `pg_terminate_backend` only signals a backend, which may otherwise still
+/// answer the next statement or two.
 async fn end_sessions(app: &TestApp) {
-    sqlx::query(
-        "select pg_terminate_backend(pid) from pg_stat_activity
+    let ended: Vec<i32> = sqlx::query_scalar(
+        "select pid from pg_stat_activity, pg_terminate_backend(pid)
          where datname = current_database() and pid <> pg_backend_pid()",
     )
-    .execute(&app.db)
+    .fetch_all(&app.db)
     .await
     .unwrap();
+    for _ in 0..500 {
+        let left: i64 = sqlx::query_scalar("select count(*) from pg_stat_activity where pid = any($1)")
+            .bind(&ended)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+        if left == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the sessions {ended:?} did not end within 5 s");
 }
 
 /// Makes the test database read-only for new sessions, or writable again, as a node that is
