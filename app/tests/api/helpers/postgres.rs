@@ -3,34 +3,28 @@
 //! 1. `DATABASE_URL`, when it is set (CI points it at the machine's PostgreSQL);
 //! 2. the zero-config local PostgreSQL under `target/` ([`LocalPostgres`]), when the server
 //!    binaries are installed: started on first use and left running for the next run;
-//! 3. a PostgreSQL container through testcontainers ([`IMAGE_NAME`]:[`IMAGE_TAG`]), when a Docker
-//!    engine answers (`DOCKER_HOST`, or the default socket): one container per test process, its
-//!    data on a tmpfs, removed when the process exits, reached where it answers
-//!    ([`reachable_host`]);
+//! 3. a PostgreSQL container through testcontainers, when a Docker engine answers (`DOCKER_HOST`,
+//!    or the default socket): `app/test-postgres`, a program of its own that this process runs
+//!    and holds by a pipe, starts it (its data on a tmpfs) and removes it when this process
+//!    exits, however it exits. It is built on first use, so that the tests' build carries
+//!    testcontainers' stack only on a machine that needs it (issue 19);
 //! 4. otherwise the first test panics with what each of the three said.
 //!
 //! Test knob: `PAYONCE_TEST_NO_LOCAL_POSTGRES=1` makes step 2 behave as if no binaries were
 //! installed, so that the Docker path can be run on a machine that has them (`.ci/testcontainers`).
-//! A process killed before it exits (SIGKILL, Ctrl-C) leaves its container behind; remove such
-//! leftovers with `docker rm -f $(docker ps -aq --filter label=dev.payonce.tests)`.
+//! Leftover containers (a helper killed with SIGKILL itself) carry the label `dev.payonce.tests`:
+//! `docker rm -f $(docker ps -aq --filter label=dev.payonce.tests)`.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use payonce::db::local::{LocalPostgres, LocalPostgresError};
-use testcontainers_modules::postgres::Postgres;
-use testcontainers_modules::testcontainers::core::Mount;
-use testcontainers_modules::testcontainers::runners::AsyncRunner;
-use testcontainers_modules::testcontainers::{ContainerRequest, ImageExt};
-use tokio::sync::oneshot;
 
-/// The image the Docker fallback runs; the stand-in built where no registry answers
-/// (docker/standins/build) carries the same name and tag.
-pub const IMAGE_NAME: &str = "postgres";
-pub const IMAGE_TAG: &str = "16-bookworm";
+/// The image the Docker fallback runs (set in `app/test-postgres`).
+pub const IMAGE: &str = "postgres:16-bookworm";
 
 /// The environment variable that hides the local server binaries from step 2.
 pub const NO_LOCAL_POSTGRES: &str = "PAYONCE_TEST_NO_LOCAL_POSTGRES";
@@ -56,13 +50,13 @@ pub async fn find_server() -> String {
             Err(err) => panic!("no DATABASE_URL; the local PostgreSQL in {} did not start: {err}", dir.display()),
         }
     };
-    match start_container().await {
+    match tokio::task::spawn_blocking(start_container).await.unwrap_or_else(|err| Err(err.to_string())) {
         Ok(url) => url,
         Err(docker) => panic!(
             "the tests found no PostgreSQL. Tried, in order:\n\
              \x20 1. DATABASE_URL: not set\n\
              \x20 2. the local PostgreSQL server binaries: {local}\n\
-             \x20 3. Docker, through testcontainers ({IMAGE_NAME}:{IMAGE_TAG}): {docker}\n\
+             \x20 3. Docker, through testcontainers ({IMAGE}, app/test-postgres): {docker}\n\
              Set DATABASE_URL=postgres://… to a server the tests may create databases on, install \
              PostgreSQL's server binaries (`apt install postgresql`, `brew install postgresql@16`), \
              or start a Docker engine."
@@ -70,116 +64,71 @@ pub async fn find_server() -> String {
     }
 }
 
-/// The container, as testcontainers is asked for it.
-fn request() -> ContainerRequest<Postgres> {
-    Postgres::default()
-        .with_host_auth()
-        .with_tag(IMAGE_TAG)
-        // The tests run in parallel, each with pools of its own: more than the default 100.
-        // fsync off, as the module's default command has it (with_cmd replaces that command).
-        .with_cmd(["-c", "fsync=off", "-c", "max_connections=400"])
-        .with_mount(Mount::tmpfs_mount("/var/lib/postgresql/data"))
-        .with_label("dev.payonce.tests", std::process::id().to_string())
-        .with_startup_timeout(Duration::from_secs(120))
-}
+/// The container's helper, whose standard input this process holds until it exits.
+static RUNNING: Mutex<Option<Child>> = Mutex::new(None);
 
-/// The running container's owner thread, told to remove it when the process exits.
-struct Running {
-    /// Dropping it tells the owner thread to remove the container.
-    stop: mpsc::Sender<()>,
-    /// Answers once the container is removed.
-    removed: mpsc::Receiver<()>,
-}
-
-static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
-
-/// Starts the container and returns its URL; the container lives until the process exits.
-///
-/// Each `#[tokio::test]` has a runtime of its own that ends with the test, and the test statics
-/// that would hold a container are never dropped. So a thread with its own runtime owns the
-/// container for the whole process, and an exit hook asks it to remove the container.
-async fn start_container() -> Result<String, String> {
-    let (ready_tx, ready_rx) = oneshot::channel();
-    let (stop, stop_rx) = mpsc::channel::<()>();
-    let (removed_tx, removed) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("test-postgres-container".into())
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            let container = match runtime.block_on(request().start()) {
-                Ok(container) => container,
-                Err(err) => {
-                    let _ = ready_tx.send(Err(err.to_string()));
-                    return;
-                }
-            };
-            let url = runtime.block_on(async {
-                let named = container.get_host().await.map_err(|e| e.to_string())?.to_string();
-                let port = container.get_host_port_ipv4(5432).await.map_err(|e| e.to_string())?;
-                let host = reachable_host(named, port).await?;
-                Ok(format!("postgres://postgres@{host}:{port}/postgres"))
-            });
-            let _ = ready_tx.send(url);
-            // Until the exit hook drops the sender (or the process ends first).
-            let _ = stop_rx.recv();
-            let id = container.id().to_owned();
-            if let Err(err) = runtime.block_on(container.rm()) {
-                // Not eprintln!, which panics when the exiting process's stderr is gone.
-                let _ = writeln!(std::io::stderr(), "tests: could not remove the PostgreSQL container {id}: {err}");
-            }
-            let _ = removed_tx.send(());
-        })
-        .map_err(|e| format!("cannot start a thread: {e}"))?;
-    let url = ready_rx.await.map_err(|_| "the container's thread died".to_owned())??;
-
-    *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(Running { stop, removed });
+/// Builds (the first time) and runs `app/test-postgres`, and returns the URL it prints; the
+/// container lives until this process exits.
+fn start_container() -> Result<String, String> {
+    let app = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-postgres");
+    eprintln!(
+        "tests: no DATABASE_URL and no PostgreSQL server binaries: starting PostgreSQL in Docker through \
+         app/test-postgres (built on first use, about two minutes)"
+    );
+    let mut child = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["run", "--locked", "--manifest-path"])
+        .arg(app.join("test-postgres/Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|err| format!("cannot run cargo for app/test-postgres: {err}"))?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("a piped stdout");
+    let read = BufReader::new(stdout).read_line(&mut line);
+    let url = match (read, line.trim_end().split_once(' ')) {
+        (Ok(_), Some(("url", url))) => url.to_owned(),
+        (Ok(_), Some(("error", error))) => return Err(finish(child, error.to_owned())),
+        (read, _) => {
+            let said = read.err().map_or_else(|| format!("{line:?}"), |err| err.to_string());
+            return Err(finish(child, format!("app/test-postgres did not say where PostgreSQL is ({said})")));
+        }
+    };
+    *RUNNING.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
     // SAFETY: atexit(3) takes any `extern "C" fn()`. `remove_at_exit` cannot panic (a poisoned
-    // lock is taken as is, channel errors are ignored), so nothing unwinds into libc.
+    // lock is taken as is, errors are ignored), so nothing unwinds into libc.
     let registered = unsafe { libc::atexit(remove_at_exit) };
     if registered != 0 {
-        eprintln!("could not register the exit hook: the test PostgreSQL container will outlive this run");
+        eprintln!("could not register the exit hook: the container goes when this process's pipe closes");
     }
-    eprintln!("tests: PostgreSQL in a Docker container ({IMAGE_NAME}:{IMAGE_TAG}) at {url}");
+    eprintln!("tests: PostgreSQL in a Docker container ({IMAGE}) at {url}");
     Ok(url)
 }
 
-/// The host that reaches the container's published `port`: the one testcontainers names, else
-/// loopback.
-///
-/// When `/.dockerenv` exists, testcontainers assumes the tests run in a sibling container and
-/// names the bridge network's gateway (172.17.0.1). On a machine that is itself a container and
-/// runs its own engine (CI's, where `.ci/docker-engine` publishes ports on 127.0.0.1 only), that
-/// address refuses the connection, while loopback answers.
-async fn reachable_host(named: String, port: u16) -> Result<String, String> {
-    let mut refused = Vec::new();
-    for host in [named.as_str(), "127.0.0.1"] {
-        let connect = tokio::net::TcpStream::connect((host, port));
-        match tokio::time::timeout(Duration::from_secs(5), connect).await {
-            Ok(Ok(_)) => return Ok(host.to_owned()),
-            Ok(Err(err)) => refused.push(format!("{host}:{port}: {err}")),
-            Err(_) => refused.push(format!("{host}:{port}: no answer within 5 s")),
-        }
-    }
-    Err(format!("the container's port is not reachable ({})", refused.join("; ")))
+/// `error`, once the helper that said it has exited (it removes what it started).
+fn finish(mut child: Child, error: String) -> String {
+    drop(child.stdin.take());
+    let _ = child.wait();
+    error
 }
 
 /// How long the exit hook waits for the removal. The vfs storage driver (CI's) deletes a copy of
 /// the whole image: 6 s on a quiet machine, well over 30 s with builds running beside it.
 const REMOVAL_WAIT: Duration = Duration::from_secs(120);
 
-/// Runs when the test process exits: removes the container and waits until it is, at most
-/// [`REMOVAL_WAIT`].
+/// Runs when the test process exits: closes the helper's standard input, which removes the
+/// container, and waits for it at most [`REMOVAL_WAIT`], so that whoever ran the tests finds no
+/// container left. Without the hook (or past the wait), the helper still removes it on its own.
 extern "C" fn remove_at_exit() {
     let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(Running { stop, removed }) = running {
-        drop(stop);
-        if removed.recv_timeout(REMOVAL_WAIT).is_err() {
-            // Not eprintln!, which panics when stderr is gone: nothing may unwind into libc.
-            let _ = writeln!(
-                std::io::stderr(),
-                "tests: the PostgreSQL container was not removed within {} s",
-                REMOVAL_WAIT.as_secs()
-            );
+    if let Some(mut child) = running {
+        drop(child.stdin.take());
+        let deadline = Instant::now() + REMOVAL_WAIT;
+        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
