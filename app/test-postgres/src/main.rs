@@ -3,7 +3,9 @@
 //! Prints one line on standard output, `url postgres://…` once the server answers (or
 //! `error …`), then waits until standard input closes and removes the container. The test
 //! process holds the other end of that pipe, so the container lives exactly as long as the test
-//! process: a normal exit, a panic and a SIGKILL all close it.
+//! process: a normal exit, a panic and a SIGKILL all close it. Ctrl-C reaches this process too
+//! (it is in the test process's group): it then removes the container at once instead of dying
+//! with it still running.
 
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use testcontainers_modules::testcontainers::core::Mount;
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
 use testcontainers_modules::testcontainers::{ContainerRequest, ImageExt};
 use tokio::io::AsyncReadExt;
+use tokio::signal::unix::{SignalKind, signal};
 
 /// The image; the stand-in built where no registry answers (docker/standins/build) carries the
 /// same name and tag. The module's default tag is old.
@@ -23,6 +26,11 @@ const LABEL: &str = "dev.payonce.tests";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    // Before anything is started: from here on, SIGINT and SIGTERM no longer end the process.
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        return println!("error cannot handle signals");
+    };
     let container = match request().start().await {
         Ok(container) => container,
         Err(err) => return println!("error {IMAGE_NAME}:{IMAGE_TAG} did not start: {err}"),
@@ -31,13 +39,21 @@ async fn main() {
         Ok(url) => println!("url {url}"),
         Err(err) => println!("error {err}"),
     }
-    // Until the test process exits (end of file, or an error: the pipe is gone either way).
-    let mut rest = Vec::new();
-    let _ = tokio::io::stdin().read_to_end(&mut rest).await;
+    // Until the test process exits (end of file, or an error: the pipe is gone either way), or
+    // whoever ran it interrupts the run.
+    let (mut stdin, mut rest) = (tokio::io::stdin(), Vec::new());
+    tokio::select! {
+        _ = stdin.read_to_end(&mut rest) => {}
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
     let id = container.id().to_owned();
     if let Err(err) = container.rm().await {
         eprintln!("test-postgres: could not remove the PostgreSQL container {id}: {err}");
     }
+    // Not a return: after a signal, the runtime's shutdown would wait for the blocking read of
+    // standard input, which only the test process's exit ends.
+    std::process::exit(0);
 }
 
 /// The container, as testcontainers is asked for it.
