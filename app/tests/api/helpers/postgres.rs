@@ -109,9 +109,8 @@ fn start_container() -> Result<String, String> {
 }
 
 /// `error`, once the helper that said it has exited (it removes what it started).
-fn finish(mut child: Child, error: String) -> String {
-    drop(child.stdin.take());
-    let _ = child.wait();
+fn finish(child: Child, error: String) -> String {
+    close(child);
     error
 }
 
@@ -123,12 +122,17 @@ const REMOVAL_WAIT: Duration = Duration::from_secs(120);
 /// container, and waits for it at most [`REMOVAL_WAIT`], so that whoever ran the tests finds no
 /// container left. Without the hook (or past the wait), the helper still removes it on its own.
 extern "C" fn remove_at_exit() {
-    let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(mut child) = running {
-        drop(child.stdin.take());
-        let deadline = Instant::now() + REMOVAL_WAIT;
-        while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    if let Some(child) = RUNNING.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        close(child);
+    }
+}
+
+/// Closes the helper's standard input, which tells it to remove its container (if it started
+/// one) and exit, and waits for that at most [`REMOVAL_WAIT`]. Cannot panic.
+fn close(mut child: Child) {
+    drop(child.stdin.take());
+    let deadline = Instant::now() + REMOVAL_WAIT;
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
