@@ -123,11 +123,14 @@ now_ms() { local t=$EPOCHREALTIME; t=${t/,/.}; echo "$((${t%.*} * 1000 + 10#${t#
 
 procs=$state/procs
 kill_leftovers() {
-    local pid marker
+    local pid marker cmdline
     [ -f "$procs" ] || return 0
     while read -r pid marker; do
         [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || continue
-        if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$marker"; then
+        # A variable, not `tr | grep -q`: under pipefail, grep leaving at its first match can
+        # fail the pipe and spare the very process it matched (ha.sh's ours() says more).
+        cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+        if [[ $cmdline == *"$marker"* ]]; then
             note "stopping a leftover process of an earlier run: $pid ($marker)"
             kill -KILL "$pid" 2>/dev/null || true
         fi

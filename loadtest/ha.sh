@@ -225,8 +225,19 @@ ours() { # ours PID: alive, and its command line names the state folder
     # No `tr | grep -q` pipe: under pipefail, grep leaving at its first match can fail the pipe
     # (tr's write after it, SIGPIPE/EPIPE), and a live node read as gone. That is what made
     # `ha.sh up` say "node1's Patroni gave up bootstrapping" in CI with Patroni running.
-    local cmdline
-    [ -n "$1" ] && cmdline=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) && [[ $cmdline == *"$HA_DIR/"* ]]
+    # An empty command line is a process in the middle of an execve (its new memory has no
+    # arguments yet; setsid → setpriv → env → python3 is three of them, and on a loaded machine
+    # one can last tens of milliseconds): read again rather than call a live node gone. That
+    # read made `ha.sh up` fail in CI with "node1's Patroni gave up bootstrapping" once more,
+    # with `ps` showing the same process, command line and all, a moment later.
+    local cmdline _
+    [ -n "$1" ] || return 1
+    for _ in $(seq 40); do
+        cmdline=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+        [ -z "$cmdline" ] && alive "$1" || break
+        sleep 0.05
+    done
+    [[ $cmdline == *"$HA_DIR/"* ]]
 }
 
 spawn() { # spawn NAME COMMAND…: a daemon in its own session, logging to $HA_DIR/NAME.log
