@@ -41,6 +41,12 @@ pub struct Settles {
     pub gateway: Gateway,
 }
 
+impl Settles {
+    fn kind(&self) -> &'static str {
+        if self.capture { "capture" } else { "cancel" }
+    }
+}
+
 impl Idempotent for Settles {
     fn route(&self) -> &'static str {
         if self.capture { CAPTURE_ROUTE } else { CANCEL_ROUTE }
@@ -52,7 +58,7 @@ impl Idempotent for Settles {
 
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
-            let request: Settle = lease.request_as().map_err(|err| sqlx::Error::Decode(err.into()))?;
+            let request: Settle = lease.request_for_begin()?;
             let Some(id) = PaymentId::parse(&request.payment) else { return Ok(Begun::Rejected(no_such_payment())) };
             let phase = self.first_phase();
             let row = sqlx::query!(
@@ -73,7 +79,7 @@ impl Idempotent for Settles {
                 "#,
                 id.0,
                 lease.customer_id,
-                if self.capture { "capture" } else { "cancel" },
+                self.kind(),
                 lease.key_id,
                 request.amount_to_capture,
                 phase.as_str(),
@@ -103,39 +109,31 @@ impl Idempotent for Settles {
             let payment = store::find(lease.engine().pool(), lease.customer_id, id).await?;
             let intent =
                 payment.and_then(|p| p.payment_intent).ok_or_else(|| lease.corrupt("no authorized payment"))?;
-            let key =
-                format!("payonce-{}-{}", if self.capture { "capture" } else { "cancel" }, lease.identity().simple());
-            let answer = match (lease.exhausted(), self.capture) {
-                (true, _) => None,
-                (false, true) => {
-                    Some(lease.hold(self.gateway.capture(&intent, request.amount_to_capture, &key)).await?)
-                }
-                (false, false) => Some(lease.hold(self.gateway.cancel(&intent, &key)).await?),
+            let key = format!("payonce-{}-{}", self.kind(), lease.identity().simple());
+            let asked = if lease.exhausted() {
+                None
+            } else if self.capture {
+                Some(lease.hold(self.gateway.capture(&intent, request.amount_to_capture, &key)).await?)
+            } else {
+                Some(lease.hold(self.gateway.cancel(&intent, &key)).await?)
             };
-            let outcome = match answer {
+            let outcome = match asked {
                 Some(answer) if !matches!(answer, Outcome::Refused(_)) => answer,
                 // Refused (not capturable any more), or not to be asked again: what is it now?
                 _ => {
                     let now = lease.hold(self.gateway.retrieve(&intent)).await?;
-                    lease
-                        .reconciled(json!({"method": "retrieve", "answer": now.label(), "payment_intent": intent}))
-                        .await?;
+                    let detail = json!({"method": "retrieve", "answer": now.label(), "payment_intent": intent});
+                    lease.reconciled(detail).await?;
                     now
                 }
             };
             match outcome {
-                Outcome::Succeeded { .. } | Outcome::Canceled { .. } => {
-                    finish(&lease, self.capture, id, &outcome).await
-                }
-                Outcome::Authorized { .. } if lease.exhausted() => {
-                    lease.believe_absence("retrieve").await?;
-                    finish(&lease, self.capture, id, &outcome).await
-                }
-                Outcome::Unknown(error) => {
-                    Err(ProcessError::Gateway { retry_after: lease.give_back(&error.to_string(), None).await?, error })
-                }
-                other => Err(ProcessError::Unconfirmed { retry_after: lease.give_back(other.label(), None).await? }),
+                Outcome::Succeeded { .. } | Outcome::Canceled { .. } => {}
+                Outcome::Authorized { .. } if lease.exhausted() => lease.believe_absence("retrieve").await?,
+                Outcome::Unknown(error) => return Err(lease.unknown(error).await),
+                other => return Err(lease.unconfirmed(other.label()).await),
             }
+            finish(&lease, self.capture, id, &outcome).await
         })
     }
 }

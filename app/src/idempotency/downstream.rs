@@ -41,6 +41,19 @@ pub struct Refusal {
     pub message: String,
 }
 
+impl Refusal {
+    /// The refusal as stored on the key's timeline and in its release (what the dashboard shows).
+    pub fn detail(&self) -> serde_json::Value {
+        serde_json::json!({
+            "reason": self.reason.as_str(),
+            "status": self.status,
+            "type": self.kind,
+            "code": self.code,
+            "message": self.message,
+        })
+    }
+}
+
 /// Why payonce's request was refused: the `reason` label of `payonce_gateway_refusals_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefusalReason {

@@ -224,6 +224,11 @@ impl Lease {
         T::deserialize(&self.request).map_err(|err| self.corrupt(format!("its stored request is unreadable: {err}")))
     }
 
+    /// [`Lease::request_as`] for [`Idempotent::begin`], whose errors are the database's.
+    pub fn request_for_begin<T: serde::de::DeserializeOwned>(&self) -> sqlx::Result<T> {
+        self.request_as().map_err(|err| sqlx::Error::Decode(err.into()))
+    }
+
     /// Gives the key back after an attempt whose answer does not tell (a refusal, an unknown
     /// outcome, an absence too early to believe), so the next attempt can start as soon as its
     /// backoff allows. Returns how long that is. A key no longer ours was taken over:
@@ -237,6 +242,35 @@ impl Lease {
                 tracing::warn!(key_id = %self.key_id, error = %err, "could not release the key");
                 Ok(self.engine().settings().lease)
             }
+        }
+    }
+
+    /// The downstream call gave no answer that tells: the key is given back, to be asked again
+    /// under the same downstream key, and the caller returns this error (its `retry_after` says
+    /// when). One mapping for every operation.
+    pub async fn unknown(&self, error: GatewayError) -> ProcessError {
+        tracing::warn!(key_id = %self.key_id, %error, "no answer that tells from the gateway; releasing the key");
+        match self.give_back(&error.to_string(), None).await {
+            Ok(retry_after) => ProcessError::Gateway { error, retry_after },
+            Err(err) => err,
+        }
+    }
+
+    /// The downstream service refused payonce's own request: the key is given back with the
+    /// refusal on its timeline (an operator fixes the cause; nothing is the customer's answer).
+    pub async fn refused(&self, refusal: Refusal) -> ProcessError {
+        match self.give_back(refusal.reason.as_str(), Some(refusal.detail())).await {
+            Ok(retry_after) => ProcessError::Refused { refusal, retry_after },
+            Err(err) => err,
+        }
+    }
+
+    /// An answer that does not settle the key yet (an absence too early to believe, a state
+    /// the work cannot end in): the key is given back for the sweeper to ask again.
+    pub async fn unconfirmed(&self, reason: &str) -> ProcessError {
+        match self.give_back(reason, None).await {
+            Ok(retry_after) => ProcessError::Unconfirmed { retry_after },
+            Err(err) => err,
         }
     }
 
@@ -267,8 +301,7 @@ impl Lease {
         if settled {
             return Ok(());
         }
-        let retry_after = self.give_back(&format!("the gateway's {method} found nothing yet"), None).await?;
-        Err(ProcessError::Unconfirmed { retry_after })
+        Err(self.unconfirmed(&format!("the gateway's {method} found nothing yet")).await)
     }
 }
 

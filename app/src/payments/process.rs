@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -36,7 +36,7 @@ use super::request::NewPayment;
 use super::{reconcile, store};
 use crate::customers::CustomerId;
 use crate::failpoint;
-use crate::gateway::{self, Charge, Decline, DeclinedBy, Gateway, Outcome, Refusal};
+use crate::gateway::{self, Charge, Decline, DeclinedBy, Gateway, Outcome};
 use crate::idempotency::{
     Begun, BoxFuture, Engine, EventKind, Idempotent, Lease, LookedUp, RecoveryPoint, StoredResponse,
 };
@@ -74,7 +74,7 @@ impl Idempotent for Payments {
 
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
-            let request: NewPayment = lease.request_as().map_err(|err| sqlx::Error::Decode(err.into()))?;
+            let request: NewPayment = lease.request_for_begin()?;
             let Some(payment) = create_payment(conn, lease, &request).await? else {
                 return Ok(Begun::Taken);
             };
@@ -152,15 +152,8 @@ pub(super) async fn conclude(
         other => other,
     };
     match outcome {
-        Outcome::Refused(refusal) => {
-            let retry_after = lease.give_back(refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
-            Err(ProcessError::Refused { refusal, retry_after })
-        }
-        Outcome::Unknown(error) => {
-            tracing::warn!(key_id = %lease.key_id, %error, "no answer that tells from the gateway; releasing the key");
-            let retry_after = lease.give_back(&error.to_string(), None).await?;
-            Err(ProcessError::Gateway { error, retry_after })
-        }
+        Outcome::Refused(refusal) => Err(lease.refused(refusal).await),
+        Outcome::Unknown(error) => Err(lease.unknown(error).await),
         // Succeeded, declined, pending, authorized: an answer about the payment, stored.
         answered => {
             payment.apply(&answered);
@@ -180,17 +173,6 @@ pub(super) async fn conclude(
             Ok(response)
         }
     }
-}
-
-/// What a `refused` event records: what the gateway said, for the operators' banner.
-pub(crate) fn refusal_detail(refusal: &Refusal) -> Value {
-    json!({
-        "reason": refusal.reason.as_str(),
-        "status": refusal.status,
-        "type": refusal.kind,
-        "code": refusal.code,
-        "message": refusal.message,
-    })
 }
 
 /// Recovery point 1: the pending payment exists. Runs in the transaction that claimed the key

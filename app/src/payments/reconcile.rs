@@ -138,7 +138,7 @@ pub async fn pending(engine: &Engine, gateway: &Gateway, due: &Due) -> sqlx::Res
         }
         Outcome::Refused(refusal) => {
             if let Some(key_id) = due.key_id {
-                let refused = process::refusal_detail(refusal);
+                let refused = refusal.detail();
                 for (kind, detail) in [(EventKind::Reconciled, detail), (EventKind::Refused, refused)] {
                     let event = Event { key_id, customer_id: due.customer_id, kind, lease_token: None, detail };
                     events::write(engine.pool(), event).await?;

@@ -42,7 +42,6 @@ use crate::idempotency::{
 };
 use crate::money::Currency;
 use crate::payments::PaymentId;
-use crate::payments::process::refusal_detail;
 use crate::problem::{self, FieldError, Problem};
 use tracing::Instrument;
 
@@ -79,7 +78,7 @@ impl Idempotent for Refunds {
 
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
-            let request: NewRefund = lease.request_as().map_err(|err| sqlx::Error::Decode(err.into()))?;
+            let request: NewRefund = lease.request_for_begin()?;
             match reserve(conn, lease, &request).await? {
                 Ok(Some(created)) => {
                     lease.carry(created);
@@ -292,15 +291,8 @@ async fn conclude(lease: &Lease, mut refund: Refund, outcome: RefundOutcome) -> 
             refund.failure = Some((code, message));
             finish(lease, refund).await
         }
-        RefundOutcome::Refused(refusal) => {
-            let retry_after = lease.give_back(refusal.reason.as_str(), Some(refusal_detail(&refusal))).await?;
-            Err(ProcessError::Refused { refusal, retry_after })
-        }
-        RefundOutcome::Unknown(error) => {
-            tracing::warn!(key_id = %lease.key_id, %error, "no answer that tells from the gateway; releasing the key");
-            let retry_after = lease.give_back(&error.to_string(), None).await?;
-            Err(ProcessError::Gateway { error, retry_after })
-        }
+        RefundOutcome::Refused(refusal) => Err(lease.refused(refusal).await),
+        RefundOutcome::Unknown(error) => Err(lease.unknown(error).await),
     }
 }
 

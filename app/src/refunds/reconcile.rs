@@ -23,7 +23,6 @@ use super::store;
 use crate::gateway::{Gateway, RefundOutcome};
 use crate::idempotency::events::{self, Event};
 use crate::idempotency::{Engine, EventKind};
-use crate::payments::process::refusal_detail;
 
 /// A pending refund whose look-up is due.
 #[derive(Debug)]
@@ -109,7 +108,7 @@ pub async fn pending(engine: &Engine, gateway: &Gateway, due: &Due) -> sqlx::Res
         }
         RefundOutcome::Refused(refusal) => {
             record(engine, due, EventKind::Reconciled, detail).await?;
-            record(engine, due, EventKind::Refused, refusal_detail(refusal)).await?;
+            record(engine, due, EventKind::Refused, refusal.detail()).await?;
             return Ok(Looked::NoAnswer);
         }
         // Unknown, or an answer about another refund than the one asked for (or an error
