@@ -45,6 +45,18 @@ use std::str::FromStr;
 /// Payments, refunds, captures and the batch file refuse more.
 pub const MAX_AMOUNT: i64 = 99_999_999;
 
+/// Why `amount` is no amount payonce takes (at least one minor unit, at most [`MAX_AMOUNT`]), or
+/// `None`: one rule and one wording for a payment's, a refund's and a capture's amount.
+pub fn out_of_range(amount: i64) -> Option<String> {
+    if amount <= 0 {
+        Some("must be a positive integer (minor units, e.g. cents)".into())
+    } else if amount > MAX_AMOUNT {
+        Some(format!("must be at most {MAX_AMOUNT}"))
+    } else {
+        None
+    }
+}
+
 /// Stripe's three-decimal currencies (docs.stripe.com/currencies, "Three-decimal currencies"),
 /// which async-stripe's list of currencies does not name.
 const THREE_DECIMAL: [&str; 5] = ["BHD", "JOD", "KWD", "OMR", "TND"];

@@ -140,11 +140,8 @@ async fn capture(
     Path(id): Path<String>,
     Json(body): Json<CaptureBody>,
 ) -> Result<Response, ApiError> {
-    if let Some(amount) = body.amount_to_capture.filter(|amount| !(1..=crate::money::MAX_AMOUNT).contains(amount)) {
-        return Err(ApiError::invalid_fields(vec![FieldError::new(
-            "amount_to_capture",
-            format!("must be between 1 and {} (minor units), not {amount}", crate::money::MAX_AMOUNT),
-        )]));
+    if let Some(why) = body.amount_to_capture.and_then(crate::money::out_of_range) {
+        return Err(ApiError::invalid_fields(vec![FieldError::new("amount_to_capture", why)]));
     }
     let payment = PaymentId::parse(&id).ok_or(ApiError::NotFound)?.to_string();
     let request = Settle { payment, amount_to_capture: body.amount_to_capture };

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::db::can_store;
-use crate::money::{Currency, MAX_AMOUNT};
+use crate::money::{self, Currency};
 use crate::payments::model::CaptureMethod;
 use crate::problem::FieldError;
 
@@ -137,17 +137,15 @@ impl CreatePayment {
     pub fn validate(self) -> Result<NewPayment, Vec<FieldError>> {
         let mut errors = Vec::new();
 
-        if self.amount <= 0 {
-            errors.push(FieldError::new("amount", "must be a positive integer (minor units, e.g. cents)"));
-        } else if self.amount > MAX_AMOUNT {
-            errors.push(FieldError::new("amount", format!("must be at most {MAX_AMOUNT}")));
-        }
+        let amount_error = money::out_of_range(self.amount);
+        let amount_in_range = amount_error.is_none();
+        errors.extend(amount_error.map(|why| FieldError::new("amount", why)));
 
         let currency = self.currency.to_ascii_lowercase();
         match Currency::of(&currency) {
             // An amount Stripe would refuse for its currency (a dinar amount not ending in 0, a
             // fraction of a króna) is refused here, before it could reach the gateway.
-            Some(stripe) if (1..=MAX_AMOUNT).contains(&self.amount) => {
+            Some(stripe) if amount_in_range => {
                 if let Err(why) = stripe.check(self.amount) {
                     errors.push(FieldError::new("amount", why));
                 }

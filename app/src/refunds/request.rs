@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::money::MAX_AMOUNT;
+use crate::money;
 use crate::payments::PaymentId;
 use crate::payments::request::check_metadata;
 use crate::problem::FieldError;
@@ -88,15 +88,7 @@ impl CreateRefund {
         if PaymentId::parse(&self.payment).is_none() {
             errors.push(FieldError::new("payment", "must be a payment id (pay_…)"));
         }
-        match self.amount {
-            Some(amount) if amount <= 0 => {
-                errors.push(FieldError::new("amount", "must be a positive integer (minor units, e.g. cents)"))
-            }
-            Some(amount) if amount > MAX_AMOUNT => {
-                errors.push(FieldError::new("amount", format!("must be at most {MAX_AMOUNT}")))
-            }
-            _ => {}
-        }
+        errors.extend(self.amount.and_then(money::out_of_range).map(|why| FieldError::new("amount", why)));
         if let Some(reason) = &self.reason
             && !REASONS.contains(&reason.as_str())
         {
