@@ -37,8 +37,16 @@ host=${host#*@}
 host=${host%%/*}
 server_pid=
 
+# The server block is a shell running createdb and then payonce: killing that shell alone left
+# payonce running (a `payonce serve --lab` outlived every check, on a dropped database). So the
+# block runs in a session of its own, and the whole group is stopped: SIGTERM, then SIGKILL.
 cleanup() {
-    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    if [ -n "$server_pid" ]; then
+        kill -TERM -- "-$server_pid" 2>/dev/null
+        for _ in $(seq 50); do kill -0 -- "-$server_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL -- "-$server_pid" 2>/dev/null
+        wait "$server_pid" 2>/dev/null
+    fi
     psql "$admin_url" -qc "drop database if exists $database with (force)" >/dev/null 2>&1
     rm -rf "$work"
 }
@@ -78,7 +86,7 @@ count() { grep -cE "$2" "$work/$1.out" || true; }
 
 # The server: terminal 3, in the background, until it is ready.
 block server
-(cd "$work" && bash "$work/server.sh") >"$work/server.log" 2>&1 &
+(cd "$work" && exec setsid bash "$work/server.sh") >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 300); do
     curl -fsS -o /dev/null "http://127.0.0.1:$api_port/readyz" 2>/dev/null && break
