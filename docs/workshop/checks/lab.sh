@@ -41,14 +41,21 @@ server_pid=
 # payonce running (a `payonce serve --lab` outlived every check, on a dropped database). So the
 # block runs in a session of its own, and the whole group is stopped: SIGTERM, then SIGKILL.
 cleanup() {
+    local leaked=
     if [ -n "$server_pid" ]; then
         kill -TERM -- "-$server_pid" 2>/dev/null
         for _ in $(seq 50); do kill -0 -- "-$server_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL -- "-$server_pid" 2>/dev/null
+        kill -KILL -- "-$server_pid" "$server_pid" 2>/dev/null
         wait "$server_pid" 2>/dev/null
+        # What the stop is for: nothing of the check's still serves its port.
+        if curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$api_port/readyz" 2>/dev/null; then
+            echo "lab.sh: FAILED: the lab server still answers on 127.0.0.1:$api_port after the check stopped it" >&2
+            leaked=1
+        fi
     fi
     psql "$admin_url" -qc "drop database if exists $database with (force)" >/dev/null 2>&1
     rm -rf "$work"
+    [ -z "$leaked" ] || exit 1
 }
 trap cleanup EXIT
 
