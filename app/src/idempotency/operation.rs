@@ -250,26 +250,32 @@ impl Lease {
     /// when). One mapping for every operation.
     pub async fn unknown(&self, error: GatewayError) -> ProcessError {
         tracing::warn!(key_id = %self.key_id, %error, "no answer that tells from the gateway; releasing the key");
-        match self.give_back(&error.to_string(), None).await {
-            Ok(retry_after) => ProcessError::Gateway { error, retry_after },
-            Err(err) => err,
-        }
+        self.given_back(&error.to_string(), None, |retry_after| ProcessError::Gateway { error, retry_after }).await
     }
 
     /// The downstream service refused payonce's own request: the key is given back with the
     /// refusal on its timeline (an operator fixes the cause; nothing is the customer's answer).
     pub async fn refused(&self, refusal: Refusal) -> ProcessError {
-        match self.give_back(refusal.reason.as_str(), Some(refusal.detail())).await {
-            Ok(retry_after) => ProcessError::Refused { refusal, retry_after },
-            Err(err) => err,
-        }
+        let (reason, detail) = (refusal.reason.as_str(), refusal.detail());
+        self.given_back(reason, Some(detail), |retry_after| ProcessError::Refused { refusal, retry_after }).await
     }
 
     /// An answer that does not settle the key yet (an absence too early to believe, a state
     /// the work cannot end in): the key is given back for the sweeper to ask again.
     pub async fn unconfirmed(&self, reason: &str) -> ProcessError {
-        match self.give_back(reason, None).await {
-            Ok(retry_after) => ProcessError::Unconfirmed { retry_after },
+        self.given_back(reason, None, |retry_after| ProcessError::Unconfirmed { retry_after }).await
+    }
+
+    /// [`Lease::give_back`], then the error to return: `error` with the backoff, or the lease
+    /// lost.
+    async fn given_back(
+        &self,
+        reason: &str,
+        refused: Option<serde_json::Value>,
+        error: impl FnOnce(Duration) -> ProcessError,
+    ) -> ProcessError {
+        match self.give_back(reason, refused).await {
+            Ok(retry_after) => error(retry_after),
             Err(err) => err,
         }
     }
