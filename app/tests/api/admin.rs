@@ -199,14 +199,18 @@ async fn operator_actions_are_fenced() {
     create_admin(&app).await;
     let api_key = app.customer("acme").await;
     let key = new_key();
-    let engine = crashing_engine(&app, Duration::from_secs(1));
+    // A lease long enough to outlast signing in on a loaded machine (a 1 s one ran out first).
+    let engine = crashing_engine(&app, Duration::from_secs(5));
     let key_id = claim_and_crash(&app, &engine, &api_key, &key, payment(700), "http:gone:1").await.key_id;
     let client = client();
     let csrf = sign_in(&app, &client).await;
 
     let message = act(&app, &client, &csrf, key_id, "release", 1).await;
     assert!(message.contains("the key is in flight now"), "a live lease is not released: {message}");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let run_out = "select locked_until <= now() from idempotency_keys where id = $1";
+    while !sqlx::query_scalar::<_, bool>(run_out).bind(key_id).fetch_one(&app.db).await.unwrap() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let message = act(&app, &client, &csrf, key_id, "expire", 1).await;
     assert!(message.contains("the key is stuck now"), "a processing key is not expired: {message}");
     let message = act(&app, &client, &csrf, key_id, "release", 7).await;
