@@ -126,9 +126,12 @@ impl Engine {
                 limit $1
                 for update skip locked
             ), reaped as (
+                -- By the ids' array, not a join with doomed: after a statement's fifth execution
+                -- PostgreSQL may plan it once for any limit, guessing it keeps 10 % of the expired
+                -- keys, and then joined them by reading the whole table (0.8 s a batch at a
+                -- million keys). An array of ids is looked up by the primary key whatever its size.
                 delete from idempotency_keys k
-                 using doomed
-                 where k.id = doomed.id
+                 where k.id = any(array(select id from doomed))
                 returning k.id, k.customer_id, k.key, k.lease_token, k.state, k.attempts, k.response_status,
                           k.created_at, k.route
             ), event as (
