@@ -4,7 +4,7 @@
 # requests), first quiet, then while the server's own sweeper reaps KEYS keys (default
 # 1 000 000) expiring at once. Prints the payments' latency in both phases and their ratio
 # (target: p99 during ≤ 2 × quiet), and the reaper's throughput (keys/s) while the payments ran
-# and until the backlog was gone (or DRAIN_SECS passed).
+# and until the backlog was gone (or DRAIN_SECS passed), and the WAL each phase wrote.
 #
 # Both phases run with the keys in the table: they are inserted by SQL first, expiring
 # SETTLE_SECS later; a VACUUM ANALYZE and then a checkpoint take the insert's own cost (its
@@ -17,7 +17,8 @@
 #   KEYS=100000 DURATION=10s loadtest/reaper.sh   # shorter
 #
 # Settings (environment): KEYS (1000000), RATE (payments/s, 100), DURATION (per phase, 30s),
-# SETTLE_SECS (from the insert to the keys' expiry, 120),
+# SETTLE_SECS (from the insert to the keys' expiry, 120), KEY_IDS (v7, as the server makes them,
+# or random: what the script used until 2026-12-03),
 # CONCURRENCY (runner workers, 16), PAYONCE_BIN, PAYONCE_LOADTEST_BIN (default: the release
 # binaries of CARGO_TARGET_DIR or target/), ADMIN_URL (postgres://postgres@127.0.0.1:5432/postgres).
 set -euo pipefail
@@ -47,17 +48,29 @@ run() {
 }
 expired() { psql "$DATABASE_URL" -Atc "select count(*) from idempotency_keys where expires_at <= now()"; }
 now() { date +%s.%N; }
+lsn() { psql "$DATABASE_URL" -Atc "select pg_current_wal_lsn()"; }
+wal_since() { psql "$DATABASE_URL" -Atc "select pg_wal_lsn_diff(pg_current_wal_lsn(), '$1')::int8"; }
 
 echo "warming up" >&2
 run 5s >/dev/null
 
 echo "inserting $keys keys that expire in $settle s" >&2
-# Final keys (a stored 201), as a day's keys are a day later: one statement, one now().
+# Final keys (a stored 201), as a day's keys are a day later: one statement, one now(). Their ids
+# are uuid v7, as the server makes them (the claim's time in the first 48 bits: one key per
+# millisecond, a day ago), so they are reaped in id order, as a day's keys are: random ids would
+# send each key's tombstone to a random page of the history's key index (a page written whole
+# into the WAL after each checkpoint), which no real backlog does (KEY_IDS=random measures that).
+case ${KEY_IDS:-v7} in
+    v7) key_id="(lpad(to_hex((extract(epoch from now() - interval '1 day') * 1000)::int8 + i), 12, '0')
+                 || '7' || substr(md5(i::text), 1, 3) || '8' || substr(md5(i::text), 4, 15))::uuid" ;;
+    random) key_id="gen_random_uuid()" ;;
+    *) echo "reaper.sh: KEY_IDS is v7 or random, not ${KEY_IDS}" >&2; exit 2 ;;
+esac
 expire_at=$(psql "$DATABASE_URL" -qAt -c "
     insert into idempotency_keys
         (id, customer_id, key, method, route, fingerprint, request, state, recovery_point,
          response_status, response_headers, response_body, completed_at, created_at, expires_at)
-    select gen_random_uuid(), '$customer_id', 'expiring-' || i, 'POST', '/v1/payments',
+    select $key_id, '$customer_id', 'expiring-' || i, 'POST', '/v1/payments',
            sha256(i::text::bytea), '{\"amount\": 1000, \"currency\": \"eur\"}', 'completed', 'finished',
            201, '{\"content-type\": \"application/json\"}', convert_to(repeat('x', 300), 'UTF8'),
            now() - interval '1 day', now() - interval '1 day', now() + make_interval(secs => $settle)
@@ -68,7 +81,9 @@ expire_at=$(psql "$DATABASE_URL" -qAt -c "
 echo "settling: vacuum analyze, checkpoint" >&2
 psql "$DATABASE_URL" -q -c "vacuum (analyze) idempotency_keys" -c "checkpoint"
 echo "measuring: quiet ($duration at $rate/s, the keys in the table)" >&2
+quiet_lsn=$(lsn)
 run "$duration" >"$work/quiet.json"
+quiet_wal=$(wal_since "$quiet_lsn")
 wait_secs=$(python3 -c "import time; print(f'{$expire_at - time.time():.1f}')")
 case $wait_secs in -*)
     echo "reaper.sh: the keys expired ${wait_secs#-} s before the quiet phase ended: raise SETTLE_SECS (now $settle)" >&2
@@ -77,16 +92,18 @@ esac
 echo "waiting $wait_secs s for the keys to expire" >&2
 sleep "$wait_secs"
 before=$(expired)
+reaping_lsn=$(lsn)
 started=$(now)
 echo "measuring: during the reaping ($duration at $rate/s; $before expired keys)" >&2
 run "$duration" >"$work/during.json"
 after=$(expired)
 ended=$(now)
+reaping_wal=$(wal_since "$reaping_lsn")
 
 report() {
-    python3 - "$work" "$keys" "$rate" "$duration" "$before" "$after" "$started" "$ended" "$@" <<'PY'
+    python3 - "$work" "$keys" "$rate" "$duration" "$before" "$after" "$started" "$ended" "$quiet_wal" "$reaping_wal" "$@" <<'PY'
 import json, pathlib, sys
-work, keys, rate, duration, before, after, started, ended, *drain = sys.argv[1:]
+work, keys, rate, duration, before, after, started, ended, quiet_wal, reaping_wal, *drain = sys.argv[1:]
 work = pathlib.Path(work)
 quiet, during = (json.loads((work / f"{name}.json").read_text())["stats"] for name in ("quiet", "during"))
 before, after = int(before), int(after)
@@ -103,6 +120,12 @@ if not drain:
     ratio = (during["latency"] or {}).get("p99_ms", float("inf")) / (quiet["latency"] or {}).get("p99_ms", float("nan"))
     print(f"  p99 reaping / quiet    {ratio:.2f}x (target ≤ 2x: {'met' if ratio <= 2 else 'NOT met'})")
     print(f"  reaper while paying    {(before - after) / (ended - started):8.0f} keys/s ({before - after:,} keys in {ended - started:.1f} s)")
+    # The whole server's WAL: the quiet phase's is the payments' own, the rest is the reaper's.
+    quiet_wal, reaping_wal = int(quiet_wal), int(reaping_wal)
+    reaper_wal = reaping_wal - quiet_wal
+    per_key = f"{reaper_wal / (before - after):,.0f} bytes per reaped key" if before > after else "no key reaped"
+    print(f"  WAL written            quiet {quiet_wal / 2**20:,.1f} MiB, reaping {reaping_wal / 2**20:,.1f} MiB"
+          f" (the reaper's share: {per_key})")
 else:
     left, at = int(drain[0]), float(drain[1])
     gone = before - left
