@@ -16,8 +16,9 @@
 //!
 //! From the sixth execution on, PostgreSQL may instead keep a generic plan, made once for any
 //! values, when its estimated cost is no higher than the custom plans' had been. The dashboard's
-//! queries (a filter that may be null) never qualify: read for any value, their generic plans
-//! cost far more. The reaper's delete did, and read the whole keys table that way (below).
+//! queries (a filter that may be null) should not qualify: planned for any value, they are
+//! estimated far dearer (their generic plans read the keys table whole). The reaper's delete did
+//! qualify, and read the whole keys table that way (below).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
