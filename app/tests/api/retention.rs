@@ -14,7 +14,7 @@ use crate::helpers::{TestApp, TestDatabase, new_key, payment};
 
 /// A migrated database with no server (and so no sweeper of its own): the test is the only one
 /// maintaining it, unless it races itself.
-async fn database() -> TestDatabase {
+pub(crate) async fn database() -> TestDatabase {
     let database = TestDatabase::create().await;
     payonce::db::MIGRATOR.run(&database.pool).await.expect("migrate");
     database
@@ -202,7 +202,7 @@ async fn futures_join<T>(futures: impl IntoIterator<Item = impl std::future::Fut
 }
 
 /// `n` final keys of the customer named `customer`, expired an hour ago, inserted by SQL.
-async fn expired_keys(db: &PgPool, customer: &str, n: i64) {
+pub(crate) async fn expired_keys(db: &PgPool, customer: &str, n: i64) {
     sqlx::query(
         r#"
         insert into idempotency_keys
