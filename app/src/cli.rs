@@ -362,6 +362,12 @@ struct SweeperArgs {
     #[arg(long, env = "PAYONCE_EVENT_RETENTION_DAYS", default_value_t = crate::retention::DEFAULT_DAYS,
           value_parser = clap::value_parser!(u32).range(i64::from(crate::retention::MIN_DAYS)..=3650))]
     event_retention_days: u32,
+
+    /// How many expired keys each sweeper deletes per second at most, in ten evenly spaced
+    /// batches. 0: as fast as it can, 500 per batch back to back, for the payments' latency to
+    /// pay (docs/performance.md, "Retention and the reaper").
+    #[arg(long, env = "PAYONCE_REAP_RATE", default_value_t = crate::sweeper::DEFAULT_REAP_RATE)]
+    reap_rate: u32,
 }
 
 fn positive_secs(value: &str) -> Result<f64, String> {
@@ -462,6 +468,7 @@ impl SweeperArgs {
         SweeperSettings {
             interval: Duration::from_secs_f64(self.sweep_interval_secs),
             event_retention_days: self.event_retention_days,
+            reap_rate: std::num::NonZeroU32::new(self.reap_rate),
         }
     }
 }

@@ -20,12 +20,14 @@
 //!    (a failed one giving its reservation back) or are asked again later. The safety net under
 //!    webhooks.
 //! 3. **Reaper.** Deletes final keys past their expiry, in small batches of one short statement
-//!    each, skipping rows another transaction holds. Payments stay.
+//!    each, skipping rows another transaction holds, at a bounded rate (`PAYONCE_REAP_RATE`)
+//!    for up to four fifths of the interval. Payments stay.
 //! 4. **Retention.** Makes the coming days' partitions of the key events and the webhook inbox,
 //!    and detaches and drops the days past their retention ([`crate::retention`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
@@ -43,11 +45,33 @@ pub struct SweeperSettings {
     /// How many days key events and webhook inbox entries are kept (whole UTC days: a day goes
     /// when its end is this far in the past). At least [`crate::retention::MIN_DAYS`].
     pub event_retention_days: u32,
+    /// How many expired keys the reaper deletes per second at most, in ten evenly spaced
+    /// batches; `None`: batches of [`UNPACED_BATCH`] back to back. A backlog drains slower, and
+    /// the payments meanwhile keep their latency (docs/performance.md, "Retention and the
+    /// reaper").
+    pub reap_rate: Option<NonZeroU32>,
+}
+
+impl SweeperSettings {
+    /// The reaper's batch size, and the time from one batch's start to the next one's.
+    fn reap_pace(&self) -> (i64, Duration) {
+        match self.reap_rate {
+            None => (UNPACED_BATCH, Duration::ZERO),
+            Some(rate) => {
+                let batch = (rate.get() / 10).clamp(1, UNPACED_BATCH as u32);
+                (i64::from(batch), Duration::from_secs_f64(f64::from(batch) / f64::from(rate.get())))
+            }
+        }
+    }
 }
 
 impl Default for SweeperSettings {
     fn default() -> Self {
-        Self { interval: Duration::from_secs(5), event_retention_days: crate::retention::DEFAULT_DAYS }
+        Self {
+            interval: Duration::from_secs(5),
+            event_retention_days: crate::retention::DEFAULT_DAYS,
+            reap_rate: NonZeroU32::new(DEFAULT_REAP_RATE),
+        }
     }
 }
 
@@ -55,13 +79,15 @@ impl Default for SweeperSettings {
 const BATCH: i64 = 32;
 /// Batches per pass at most, so one pass stays short and shutdown stays prompt.
 const MAX_BATCHES: usize = 8;
-/// Keys deleted per statement: one short transaction each, its rows taken with `SKIP LOCKED`.
-const DELETE_BATCH: i64 = 500;
-/// The reaper's share of one pass: it goes on while its batches come back full, until this much
-/// time has passed. A backlog (a million keys expiring at once) then drains in minutes, while
-/// each batch stays one short statement and the time between passes stays the payments'
-/// (docs/performance.md, "Retention and the reaper").
-const REAP_BUDGET: Duration = Duration::from_secs(1);
+/// Keys deleted per statement at most (each one short transaction, its rows taken with
+/// `SKIP LOCKED`); an unpaced reaper's batch.
+pub const UNPACED_BATCH: i64 = 500;
+/// The reaper's default rate, keys per second (`PAYONCE_REAP_RATE`).
+pub const DEFAULT_REAP_RATE: u32 = 1000;
+/// The reaper's share of a pass, as a fraction of the interval: it goes on while its batches
+/// come back full, until then. The next pass starts an interval after this one started, so a
+/// backlog is reaped all along, while the completer still runs every interval.
+const REAP_SHARE: f64 = 0.8;
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -114,16 +140,22 @@ impl Sweeper {
         Self { engine, operations, settings, owner }
     }
 
-    /// Sweeps every `interval` until `shutdown` resolves. A pass in progress is finished first.
+    /// Starts a pass every `interval` (or as soon as the last one ends, if it took longer) until
+    /// `shutdown` resolves, the first one an interval after it starts: an abandoned key waits
+    /// for its lease to run out anyway, and a server just started has requests to serve first.
+    /// A pass in progress is finished first.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tracing::info!(interval_secs = self.settings.interval.as_secs_f64(), owner = %self.owner, "sweeper started");
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut wait = self.settings.interval;
         loop {
-            self.sweep().await;
             tokio::select! {
                 () = &mut shutdown => break,
-                () = tokio::time::sleep(self.settings.interval) => {}
+                () = tokio::time::sleep(wait) => {}
             }
+            let pass = Instant::now();
+            self.sweep().await;
+            wait = self.settings.interval.saturating_sub(pass.elapsed());
         }
         tracing::info!("sweeper stopped");
     }
@@ -171,14 +203,18 @@ impl Sweeper {
                 }
             }
         }
+        let (batch, pace) = self.settings.reap_pace();
         let reaping = Instant::now();
+        let window = self.settings.interval.mul_f64(REAP_SHARE);
         loop {
-            match self.engine.reap_expired(DELETE_BATCH).await {
+            let started = Instant::now();
+            match self.engine.reap_expired(batch).await {
                 Ok(reaped) => {
                     report.reaped += reaped;
-                    if reaped < DELETE_BATCH as u64 || reaping.elapsed() >= REAP_BUDGET {
+                    if reaped < batch as u64 || reaping.elapsed() + pace >= window {
                         break;
                     }
+                    tokio::time::sleep(pace.saturating_sub(started.elapsed())).await;
                 }
                 Err(err) => {
                     failed(&mut report, "reaping expired keys", &err);
@@ -251,4 +287,21 @@ fn failed(report: &mut SweepReport, what: &str, err: &sqlx::Error) {
     let failure = crate::db::Failure::of(err);
     tracing::warn!(error = %err, ?failure, "{what} failed");
     report.errors += 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pace(rate: u32) -> (i64, Duration) {
+        SweeperSettings { reap_rate: NonZeroU32::new(rate), ..SweeperSettings::default() }.reap_pace()
+    }
+
+    #[test]
+    fn the_reapers_rate_is_ten_batches_a_second_within_the_batch_limit() {
+        assert_eq!(pace(1000), (100, Duration::from_millis(100)));
+        assert_eq!(pace(5), (1, Duration::from_millis(200)), "a batch of one key at least");
+        assert_eq!(pace(20_000), (500, Duration::from_millis(25)), "never more than a batch's limit");
+        assert_eq!(pace(0), (UNPACED_BATCH, Duration::ZERO), "0: unpaced");
+    }
 }

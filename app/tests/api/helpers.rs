@@ -516,8 +516,10 @@ pub struct Options {
     /// gateway the test runs itself (the conformance test's recording proxy in front of one).
     /// The simulator controls ([`Ledger`]) go there too.
     pub stripe_api_base: Option<String>,
-    /// The in-server sweeper's settings. By default it passes once at startup and then sleeps for
-    /// an hour, so that it cannot race a test that is not about it.
+    /// The in-server sweeper's settings. By default its first pass comes an hour in (a sweeper
+    /// passes an interval after it starts), so that it cannot race a test that is not about it.
+    /// It used to pass once at startup: a startup pass that a loaded machine delayed took over a
+    /// key the test had just seen released, and the test's own retry got a replay.
     pub sweeper: SweeperSettings,
     /// Another PostgreSQL server than the tests' shared one.
     pub database_server: Option<String>,
