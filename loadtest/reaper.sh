@@ -21,6 +21,8 @@
 # or random: what the script used until 2026-12-03),
 # CONCURRENCY (runner workers, 16), PAYONCE_BIN, PAYONCE_LOADTEST_BIN (default: the release
 # binaries of CARGO_TARGET_DIR or target/), ADMIN_URL (postgres://postgres@127.0.0.1:5432/postgres).
+# The server takes its own settings from this environment too: PAYONCE_REAP_RATE=2000, or 0 for
+# the unpaced reaper, to see what its rate costs the payments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
