@@ -28,6 +28,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
@@ -132,20 +133,25 @@ pub struct Sweeper {
     settings: SweeperSettings,
     /// This sweeper's name as a lease owner (`sweeper:<host>:<pid>`).
     owner: String,
+    /// Set when shutdown comes during a pass: its reaping stops at the next batch.
+    stopping: AtomicBool,
 }
 
 impl Sweeper {
     pub fn new(engine: Engine, gateway: Gateway, settings: SweeperSettings, owner: String) -> Self {
         let operations = crate::operations::registry(&gateway);
-        Self { engine, operations, settings, owner }
+        Self { engine, operations, settings, owner, stopping: AtomicBool::new(false) }
     }
 
     /// Starts a pass every `interval` (or as soon as the last one ends, if it took longer) until
     /// `shutdown` resolves, the first one an interval after it starts: an abandoned key waits
     /// for its lease to run out anyway, and a server just started has requests to serve first.
-    /// A pass in progress is finished first.
+    /// A pass in progress is finished first, its paced reaping cut short.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tracing::info!(interval_secs = self.settings.interval.as_secs_f64(), owner = %self.owner, "sweeper started");
+        // The series exists (at 0) from the start, not from the first pass an interval later:
+        // an alert on its growth has something to read at once.
+        metrics::counter!("payonce_sweeps_total").increment(0);
         let mut shutdown = std::pin::pin!(shutdown);
         let mut wait = self.settings.interval;
         loop {
@@ -153,9 +159,18 @@ impl Sweeper {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(wait) => {}
             }
-            let pass = Instant::now();
-            self.sweep().await;
-            wait = self.settings.interval.saturating_sub(pass.elapsed());
+            let started = Instant::now();
+            let mut pass = std::pin::pin!(self.sweep());
+            tokio::select! {
+                _ = &mut pass => {}
+                () = &mut shutdown => {
+                    // The pass finishes what it holds; a paced reaping stops at its next batch.
+                    self.stopping.store(true, Ordering::Relaxed);
+                    pass.await;
+                    break;
+                }
+            }
+            wait = self.settings.interval.saturating_sub(started.elapsed());
         }
         tracing::info!("sweeper stopped");
     }
@@ -211,7 +226,8 @@ impl Sweeper {
             match self.engine.reap_expired(batch).await {
                 Ok(reaped) => {
                     report.reaped += reaped;
-                    if reaped < batch as u64 || reaping.elapsed() + pace >= window {
+                    let stopping = self.stopping.load(Ordering::Relaxed);
+                    if reaped < batch as u64 || reaping.elapsed() + pace >= window || stopping {
                         break;
                     }
                     tokio::time::sleep(pace.saturating_sub(started.elapsed())).await;

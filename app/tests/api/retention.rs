@@ -302,6 +302,29 @@ async fn the_reaper_keeps_to_its_rate() {
     assert_eq!(expired_left(&app.pool).await, 0);
 }
 
+/// Shutdown during a paced reaping ends it at the next batch instead of waiting out the pass: at
+/// 10 keys/s (a key every 100 ms) a 2 s pass would reap for 1.6 s, 16 keys; stopped once the
+/// first key has gone, the sweeper reaps one or two more (at most 8 on a slow machine).
+#[tokio::test]
+async fn shutdown_cuts_a_paced_reaping_short() {
+    let app = database().await;
+    app.customer("acme").await;
+    expired_keys(&app.pool, "acme", 1_000).await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let sweeper = tokio::spawn(reaper_at(&app.pool, 10, Duration::from_secs(2)).run(async {
+        let _ = stopped.await;
+    }));
+    while expired_left(&app.pool).await == 1_000 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    stop.send(()).unwrap();
+    sweeper.await.unwrap();
+
+    let reaped = 1_000 - expired_left(&app.pool).await;
+    assert!(reaped <= 8, "the pass went on reaping after the shutdown: {reaped} of 16 keys");
+}
+
 /// A payment for a fresh key is not held up by the reaper working through a large backlog: every
 /// payment sent while it reaps is answered 201, and the backlog was still there when the last
 /// one was answered (they ran during the reaping, not after it).
