@@ -48,19 +48,10 @@ impl Settles {
 }
 
 impl Idempotent for Settles {
-    fn route(&self) -> &'static str {
-        if self.capture { CAPTURE_ROUTE } else { CANCEL_ROUTE }
-    }
-
-    fn first_phase(&self) -> RecoveryPoint {
-        if self.capture { CAPTURE_REQUESTED } else { CANCEL_REQUESTED }
-    }
-
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
             let request: Settle = lease.request_for_begin()?;
             let Some(id) = PaymentId::parse(&request.payment) else { return Ok(Begun::Rejected(no_such_payment())) };
-            let phase = self.first_phase();
             let row = sqlx::query!(
                 r#"
                 with target as (
@@ -82,7 +73,7 @@ impl Idempotent for Settles {
                 self.kind(),
                 lease.key_id,
                 request.amount_to_capture,
-                phase.as_str(),
+                lease.recovery_point.as_str(),
                 lease.token,
                 request.payment,
             )

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::gateway::Gateway;
-use crate::idempotency::{Idempotent, Operations, RecoveryPoint};
+use crate::idempotency::{Idempotent, Operations, RecoveryPoint, Registered};
 use crate::{captures, payments, refunds};
 
 /// One idempotent operation.
@@ -105,5 +105,7 @@ impl Op {
 /// application's state, so a handler, the dashboard's actions and the sweeper drive a key with
 /// the same [`Idempotent`].
 pub fn registry(gateway: &Gateway) -> Operations {
-    Op::ALL.into_iter().fold(Operations::default(), |registry, op| registry.with(op.driver(gateway)))
+    Op::ALL.into_iter().fold(Operations::default(), |registry, op| {
+        registry.with(Registered { route: op.route(), first_phase: op.phases()[0].clone(), driver: op.driver(gateway) })
+    })
 }

@@ -199,9 +199,10 @@ impl Sweeper {
                 break;
             }
         }
-        for (route, operation) in self.operations.all() {
+        for operation in self.operations.all() {
+            let route = operation.route;
             for _ in 0..MAX_BATCHES {
-                match operation.look_up_due(&self.engine, BATCH).await {
+                match operation.driver.look_up_due(&self.engine, BATCH).await {
                     Ok(looked) => {
                         report.errors += looked.errors;
                         let total = report.looked_up.entry(route).or_default();

@@ -48,7 +48,7 @@ pub async fn execute_with(state: &AppState, claims: Claims, op: Op, request: Ope
                 let Some(driver) = state.operations.get(op.route()) else {
                     return Err(ApiError::Internal(format!("no operation is registered for {}", op.route())));
                 };
-                match state.engine.submit(driver.as_ref(), &request, &state.owner).await {
+                match state.engine.submit(driver, &request, &state.owner).await {
                     Ok(answer) => Ok(answer),
                     // The engine's Retry-After, as its `conflict` event recorded it (a live lease capped
                     // at the gateway timeout; a backoff or a spent budget exactly when the key may be taken).

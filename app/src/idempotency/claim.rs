@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::lease::{Lease, RecoveryPoint};
-use super::operation::{Begun, Idempotent};
+use super::operation::{Begun, Registered};
 use super::replays::Final;
 use super::{Engine, Event, EventKind, Fingerprint, IdempotencyKey, StoredResponse, secs};
 
@@ -140,14 +140,14 @@ impl Engine {
     }
 
     /// Claims `op.key` for `owner`; when this request creates the key and `first` is given, the
-    /// key row and `first`'s first write ([`Idempotent::begin`]) commit in one short
+    /// key row and `first`'s first write ([`super::Idempotent::begin`]) commit in one short
     /// transaction, and the lease starts at `first`'s first phase. Otherwise the existing key
     /// decides: replay, in flight, or taken over from where it stopped.
     pub async fn claim_with(
         &self,
         op: &Operation,
         owner: &str,
-        first: Option<&dyn Idempotent>,
+        first: Option<&Registered>,
     ) -> Result<Claim, ClaimError> {
         // A final answer this process replayed a moment ago: the same checks, without the database.
         if let Some(known) = self.replays().get(op.customer_id, op.key.as_str()) {
@@ -155,7 +155,7 @@ impl Engine {
             self.observe(op, known.key_id, EventKind::Replayed, json!({"status": known.response.status.as_u16()}));
             return Ok(Claim::Completed(known.response));
         }
-        let initial = first.map_or(RecoveryPoint::STARTED, |first| first.first_phase());
+        let initial = first.map_or(RecoveryPoint::STARTED, |first| first.first_phase.clone());
         for _ in 0..ATTEMPTS {
             let row = match first {
                 None => self.claim_or_load(self.pool(), op, owner, &initial).await?,
@@ -197,7 +197,7 @@ impl Engine {
         op: &Operation,
         owner: &str,
         initial: &RecoveryPoint,
-        first: &dyn Idempotent,
+        first: &Registered,
     ) -> Result<Fused, ClaimError> {
         let mut tx = self.pool().begin().await?;
         let row = self.claim_or_load(&mut *tx, op, owner, initial).await?;
@@ -209,7 +209,7 @@ impl Engine {
             }
         };
         let mut lease = self.lease(op, row.id, row.lease_token, initial.clone(), row.attempts, row.age_secs);
-        match self.first_write(first, &mut tx, &mut lease).await? {
+        match self.first_write(first.driver.as_ref(), &mut tx, &mut lease).await? {
             Begun::Written => {
                 tx.commit().await?;
                 EventKind::Claimed.count(1);

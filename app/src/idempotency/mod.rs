@@ -48,7 +48,7 @@ pub use events::{Event, EventKind, EventLog};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
 pub use lease::{FenceError, Lease, LeaseLost, RecoveryPoint};
-pub use operation::{Begun, BoxFuture, Idempotent, LookedUp, Operations, ProcessError};
+pub use operation::{Begun, BoxFuture, Idempotent, LookedUp, Operations, ProcessError, Registered};
 pub use response::StoredResponse;
 pub use submit::{Answer, SubmitError};
 

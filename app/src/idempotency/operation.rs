@@ -7,7 +7,8 @@
 //! fingerprint, state, lease, heartbeat, fencing, recovery, the sweeper's completion, events,
 //! replay):
 //!
-//! * its **route** (method and route template): the scope of its keys;
+//! * its **route** (method and route template): the scope of its keys, given with its first
+//!   phase and its [`Idempotent`] when it is registered ([`Registered`]);
 //! * its **canonical request**: the caller builds an [`Operation`](super::Operation) from it,
 //!   which fingerprints it and stores it with the key, so the work can be finished without the
 //!   client ([`Lease::request_as`] reads it back);
@@ -38,22 +39,12 @@ use super::{Engine, StoredResponse};
 /// A boxed future, as the trait's methods return (the trait is used as `dyn Idempotent`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What an endpoint declares to be made idempotent by the engine.
+/// What an endpoint declares to be made idempotent by the engine: its work. Its route and its
+/// phases are the registry's ([`Registered`]), so an operation cannot say them twice.
 pub trait Idempotent: Send + Sync {
-    /// The method of the route (`POST`).
-    fn method(&self) -> &'static str {
-        "POST"
-    }
-
-    /// The route template (`/v1/refunds`): with the method, the scope of the keys, and how the
-    /// sweeper finds the operation of an abandoned key.
-    fn route(&self) -> &'static str;
-
-    /// The first recovery point after `started`: the one [`Self::begin`] reaches.
-    fn first_phase(&self) -> RecoveryPoint;
-
     /// The first local write, inside the claim's transaction `conn` (the key row already exists
-    /// in it, at [`Self::first_phase`]). Its events go in the same transaction. The resource it
+    /// in it, at the operation's first phase: `lease.recovery_point`). Its events go in the same
+    /// transaction. The resource it
     /// makes is named [`Lease::identity`], and if that name is taken, it writes nothing and
     /// returns [`Begun::Taken`]. Returns [`Begun::Rejected`] if the resource's state refuses the
     /// request (a refund of more than remains): the transaction is rolled back and the key is not
@@ -173,14 +164,14 @@ impl Engine {
     /// (claimed without its first write: an older version's key, or a plain [`Engine::claim`])
     /// gets its first write first ([`Engine::begin`]): if the resource refuses, that is the key's
     /// final answer. So no operation handles `started` itself.
-    pub async fn drive(&self, operation: &dyn Idempotent, mut lease: Lease) -> Result<StoredResponse, ProcessError> {
+    pub async fn drive(&self, operation: &Registered, mut lease: Lease) -> Result<StoredResponse, ProcessError> {
         if lease.recovery_point == RecoveryPoint::STARTED
             && let Begun::Rejected(response) = self.begin(operation, &mut lease).await?
         {
             return Ok(response);
         }
         let (key_id, token) = (lease.key_id, lease.token);
-        let driven = operation.resume(lease).await;
+        let driven = operation.driver.resume(lease).await;
         if let Err(ProcessError::Database(err)) = &driven {
             // The database failed mid-way (a failover, a timeout, a refused write). Held, the key
             // would stay in flight until its lease ran out, and the client's retry would meet
@@ -196,11 +187,10 @@ impl Engine {
     /// For a key at `started`: writes the operation's first phase in a transaction of its own,
     /// fenced. A rejection is stored as the key's final answer (`failed`): nobody else would
     /// ever answer it.
-    pub async fn begin(&self, operation: &dyn Idempotent, lease: &mut Lease) -> Result<Begun, ProcessError> {
+    pub async fn begin(&self, operation: &Registered, lease: &mut Lease) -> Result<Begun, ProcessError> {
         let mut tx = self.pool().begin().await?;
-        let first = operation.first_phase();
-        lease.advance_in(&mut tx, &RecoveryPoint::STARTED, &first, None).await?;
-        let begun = self.first_write(operation, &mut tx, lease).await?;
+        lease.advance_in(&mut tx, &RecoveryPoint::STARTED, &operation.first_phase, None).await?;
+        let begun = self.first_write(operation.driver.as_ref(), &mut tx, lease).await?;
         if let Begun::Rejected(response) = &begun {
             lease.finish_in(&mut tx, response, true, serde_json::json!({"reason": "rejected"})).await?;
         }
@@ -336,11 +326,23 @@ impl Engine {
     }
 }
 
+/// An operation as the engine knows it: the route its keys are scoped to (with `POST`), the
+/// recovery point its [`Idempotent::begin`] reaches, and what drives its keys.
+#[derive(Clone)]
+pub struct Registered {
+    /// The route template (`/v1/refunds`): the scope of the keys, and how the sweeper finds
+    /// the operation of an abandoned key.
+    pub route: &'static str,
+    /// The first recovery point after `started`.
+    pub first_phase: RecoveryPoint,
+    pub driver: Arc<dyn Idempotent>,
+}
+
 /// The operations one process serves, by route: how the sweeper drives an abandoned key without
 /// knowing what it is.
 #[derive(Clone, Default)]
 pub struct Operations {
-    by_route: HashMap<&'static str, Arc<dyn Idempotent>>,
+    by_route: HashMap<&'static str, Registered>,
 }
 
 impl std::fmt::Debug for Operations {
@@ -351,26 +353,26 @@ impl std::fmt::Debug for Operations {
 
 impl Operations {
     /// Adds an operation (one per route: a second one for a route is a programming error).
-    pub fn with(mut self, operation: Arc<dyn Idempotent>) -> Self {
-        let previous = self.by_route.insert(operation.route(), operation);
+    pub fn with(mut self, operation: Registered) -> Self {
+        let previous = self.by_route.insert(operation.route, operation);
         assert!(previous.is_none(), "two operations registered for one route");
         self
     }
 
     /// The operation of a route.
-    pub fn get(&self, route: &str) -> Option<&Arc<dyn Idempotent>> {
+    pub fn get(&self, route: &str) -> Option<&Registered> {
         self.by_route.get(route)
     }
 
-    /// Every operation, by route.
-    pub fn all(&self) -> impl Iterator<Item = (&'static str, &Arc<dyn Idempotent>)> {
-        self.by_route.iter().map(|(route, operation)| (*route, operation))
+    /// Every operation.
+    pub fn all(&self) -> impl Iterator<Item = &Registered> {
+        self.by_route.values()
     }
 
     /// Drives a held key with the operation it was claimed for ([`Engine::drive`]).
     pub async fn resume(&self, lease: Lease) -> Result<StoredResponse, ProcessError> {
         match self.get(&lease.route) {
-            Some(operation) => lease.engine().clone().drive(operation.as_ref(), lease).await,
+            Some(operation) => lease.engine().clone().drive(operation, lease).await,
             None => Err(ProcessError::Corrupt {
                 key_id: lease.key_id,
                 reason: format!("no operation serves route {}", lease.route),

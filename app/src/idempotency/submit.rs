@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::claim::{Busy, Claim, ClaimError, Operation};
-use super::operation::{Idempotent, ProcessError};
+use super::operation::{ProcessError, Registered};
 use super::{Engine, StoredResponse};
 
 /// The final answer to an idempotent request.
@@ -33,7 +33,7 @@ impl Engine {
     /// operation's first write, then drives it; or replays; or says why not now.
     pub async fn submit(
         &self,
-        operation: &dyn Idempotent,
+        operation: &Registered,
         request: &Operation,
         owner: &str,
     ) -> Result<Answer, SubmitError> {

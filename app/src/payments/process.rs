@@ -64,14 +64,6 @@ impl Payments {
 }
 
 impl Idempotent for Payments {
-    fn route(&self) -> &'static str {
-        super::ROUTE
-    }
-
-    fn first_phase(&self) -> RecoveryPoint {
-        PAYMENT_CREATED
-    }
-
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
             let request: NewPayment = lease.request_for_begin()?;

@@ -68,14 +68,6 @@ struct Created {
 }
 
 impl Idempotent for Refunds {
-    fn route(&self) -> &'static str {
-        super::ROUTE
-    }
-
-    fn first_phase(&self) -> RecoveryPoint {
-        REFUND_CREATED
-    }
-
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>> {
         Box::pin(async move {
             let request: NewRefund = lease.request_for_begin()?;
