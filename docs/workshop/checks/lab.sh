@@ -130,7 +130,7 @@ grep -q '^1 charge(s) for l1-fixed$' "$work/L1-fix.out" || fail "L1: with the un
 # L2: for-update drains the pool (503s, /readyz refused); on-conflict does not.
 run L2-drain
 drained=$(count L2-drain '^503 for-update ')
-[ "$drained" -ge 1 ] || fail "L2: for-update with a 3 s gateway and 4 connections answered no 503"
+[ "$drained" -ge 1 ] || fail "L2: for-update with a 4 s gateway and 4 connections answered no 503"
 [ "$((drained + $(count L2-drain '^201 for-update ')))" -eq 8 ] || fail "L2: for-update answered other than 201/503"
 [ "$(grep -m1 '^readyz' "$work/L2-drain.out" | cut -d' ' -f2)" = 503 ] || fail "L2: /readyz answered while the pool was drained"
 [ "$(count L2-drain '^201 on-conflict ')" -eq 8 ] || fail "L2: on-conflict did not answer eight 201s"
