@@ -44,11 +44,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Idempotent: Send + Sync {
     /// The first local write, inside the claim's transaction `conn` (the key row already exists
     /// in it, at the operation's first phase: `lease.recovery_point`). Its events go in the same
-    /// transaction. The resource it
-    /// makes is named [`Lease::identity`], and if that name is taken, it writes nothing and
-    /// returns [`Begun::Taken`]. Returns [`Begun::Rejected`] if the resource's state refuses the
-    /// request (a refund of more than remains): the transaction is rolled back and the key is not
-    /// used. What it inserted may be handed to [`Self::resume`] with [`Lease::carry`].
+    /// transaction. The resource it makes is named [`Lease::identity`], and if that name is
+    /// taken, it writes nothing and returns [`Begun::Taken`]. Returns [`Begun::Rejected`] if the
+    /// resource's state refuses the request (a refund of more than remains): the transaction is
+    /// rolled back and the key is not used. What it inserted may be handed to [`Self::resume`]
+    /// with [`Lease::carry`].
     fn begin<'a>(&'a self, conn: &'a mut PgConnection, lease: &'a mut Lease) -> BoxFuture<'a, sqlx::Result<Begun>>;
 
     /// Drives a held key from `lease.recovery_point` (its first phase or later: the engine

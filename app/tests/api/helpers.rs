@@ -244,10 +244,22 @@ impl TestDatabase {
 
     /// [`Self::sweeper`] with another gateway timeout.
     pub fn sweeper_with(&self, sim_url: &str, owner: &str, settings: EngineSettings, timeout: Duration) -> Sweeper {
+        self.sweeper_paced(sim_url, owner, settings, timeout, SweeperSettings::default())
+    }
+
+    /// [`Self::sweeper_with`] with the sweeper's own settings too (its interval, its reaping rate).
+    pub fn sweeper_paced(
+        &self,
+        sim_url: &str,
+        owner: &str,
+        settings: EngineSettings,
+        timeout: Duration,
+        sweeping: SweeperSettings,
+    ) -> Sweeper {
         let (events, _writer) = EventLog::spawn(self.pool.clone());
         let engine = Engine::new(self.pool.clone(), settings, events);
         let gateway = Gateway::new(SIM_SECRET_KEY, Some(sim_url), timeout).expect("a gateway");
-        Sweeper::new(engine, gateway, SweeperSettings::default(), owner.to_owned())
+        Sweeper::new(engine, gateway, sweeping, owner.to_owned())
     }
 }
 

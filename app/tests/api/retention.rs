@@ -6,14 +6,13 @@ use std::collections::BTreeSet;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use payonce::gateway::Gateway;
 use payonce::idempotency::{Engine, EngineSettings, EventLog};
 use payonce::retention::{self, DAYS_AHEAD};
 use payonce::sweeper::{Sweeper, SweeperSettings};
 use reqwest::StatusCode;
 use sqlx::PgPool;
 
-use crate::helpers::{SIM_SECRET_KEY, TestApp, TestDatabase, new_key, payment};
+use crate::helpers::{TestApp, TestDatabase, new_key, payment};
 
 /// A migrated database with no server (and so no sweeper of its own): the test is the only one
 /// maintaining it, unless it races itself.
@@ -278,10 +277,9 @@ async fn the_reaper_deletes_in_bounded_batches_and_skips_what_is_locked() {
 /// A sweeper of the test's own on `db`, reaping at `rate` keys per second at most (0: unpaced)
 /// for four fifths of a pass of `interval`. Its gateway is never called: nothing here is
 /// abandoned.
-fn reaper_at(db: &PgPool, rate: u32, interval: Duration) -> Sweeper {
-    let gateway = Gateway::new(SIM_SECRET_KEY, Some("http://127.0.0.1:9"), Duration::from_secs(1)).unwrap();
-    let settings = SweeperSettings { interval, reap_rate: NonZeroU32::new(rate), ..SweeperSettings::default() };
-    Sweeper::new(engine(db), gateway, settings, "reaper-test".to_owned())
+fn reaper_at(db: &TestDatabase, rate: u32, interval: Duration) -> Sweeper {
+    let sweeping = SweeperSettings { interval, reap_rate: NonZeroU32::new(rate), ..SweeperSettings::default() };
+    db.sweeper_paced("http://127.0.0.1:9", "reaper-test", EngineSettings::default(), Duration::from_secs(1), sweeping)
 }
 
 /// The reaper keeps to its rate: at 200 keys/s (batches of 20, one every 100 ms) a pass of a
@@ -293,11 +291,11 @@ async fn the_reaper_keeps_to_its_rate() {
     app.customer("acme").await;
     expired_keys(&app.pool, "acme", 1_000).await;
 
-    let paced = reaper_at(&app.pool, 200, Duration::from_secs(1)).sweep().await.reaped;
+    let paced = reaper_at(&app, 200, Duration::from_secs(1)).sweep().await.reaped;
     assert!((20..=160).contains(&paced), "one paced pass reaped {paced} keys");
     assert_eq!(expired_left(&app.pool).await, 1_000 - paced as i64);
 
-    let unpaced = reaper_at(&app.pool, 0, Duration::from_secs(60)).sweep().await.reaped;
+    let unpaced = reaper_at(&app, 0, Duration::from_secs(60)).sweep().await.reaped;
     assert_eq!(unpaced, 1_000 - paced);
     assert_eq!(expired_left(&app.pool).await, 0);
 }
@@ -311,7 +309,7 @@ async fn shutdown_cuts_a_paced_reaping_short() {
     app.customer("acme").await;
     expired_keys(&app.pool, "acme", 1_000).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let sweeper = tokio::spawn(reaper_at(&app.pool, 10, Duration::from_secs(2)).run(async {
+    let sweeper = tokio::spawn(reaper_at(&app, 10, Duration::from_secs(2)).run(async {
         let _ = stopped.await;
     }));
     while expired_left(&app.pool).await == 1_000 {
