@@ -13,7 +13,9 @@
 //!    [`API_KEY`] scheme for customers' routes), `params`, `request_body`, its success responses
 //!    (with their `headers(...)`), and its problems as a type declared with [`problems!`], which
 //!    lists the problem types the handler can answer with (the edge's refusals are added to every
-//!    operation: see [`EDGE`]).
+//!    operation: see [`EDGE`]). An idempotent operation does not describe its `Idempotency-Key`
+//!    nor the `Idempotent-Replayed` header of its answers: [`finish`] adds both to every operation
+//!    of the registry (`crate::operations::Op`), so they are said once, and the same everywhere.
 //! 2. Register it in its module's `router()` with `.routes(routes!(handler))` (utoipa-axum's
 //!    [`OpenApiRouter`]), and merge that router in [`crate::http::api`]: the one list of the
 //!    API's routers. Registering it there is what routes it *and* documents it.
@@ -47,6 +49,7 @@ use utoipa::{Modify, OpenApi, PartialSchema};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::idempotency::Busy;
+use crate::operations::Op;
 use crate::problem::FieldError;
 use crate::problem::{self, ProblemType};
 use crate::state::AppState;
@@ -64,6 +67,11 @@ pub const EDGE: [ProblemType; 4] =
 pub const SOMETIMES: [&str; 1] = [REPLAYED];
 
 const REPLAYED: &str = "Idempotent-Replayed";
+
+/// Exactly what the parser (`idempotency::key`) accepts: an sf-string, or a bare token without
+/// space, `"`, `,`, `;` or `\`; 1 to 255 characters once decoded; spaces around are not part of
+/// the value.
+const KEY_PATTERN: &str = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#;
 
 /// The description's fixed parts; the paths come from the routers (see [`crate::http::api`]).
 #[derive(OpenApi)]
@@ -185,6 +193,8 @@ problems!(
 const PROBLEMS_MARK: &str = "x-payonce-problems";
 
 /// What annotations cannot say, added to the serialised description:
+/// - on every operation of the registry ([`Op`]), the `Idempotency-Key` it takes and the
+///   `Idempotent-Replayed` header of its answers ([`describe_keys`]): said once, for all of them;
 /// - a schema per problem type (`CardDeclinedProblem`, …) on a common `Problem`, each with the
 ///   extension members it carries and no others;
 /// - each problem response's content (`application/problem+json`, one of its types' schemas)
@@ -203,6 +213,7 @@ pub fn finish(doc: &mut Value) {
     doc["components"]["schemas"] = Value::Object(schemas);
 
     let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else { return };
+    describe_keys(paths);
     for operation in paths.values_mut().filter_map(Value::as_object_mut).flat_map(|item| item.values_mut()) {
         let Some(responses) = operation.get_mut("responses").and_then(Value::as_object_mut) else { continue };
         for response in responses.values_mut().filter_map(Value::as_object_mut) {
@@ -218,6 +229,43 @@ pub fn finish(doc: &mut Value) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Adds to each registered operation the `Idempotency-Key` parameter and, on its success
+/// responses, the `Idempotent-Replayed` header. A registered operation that is not routed is a
+/// defect the first description built finds (every test server builds one).
+fn describe_keys(paths: &mut Map<String, Value>) {
+    for op in Op::ALL {
+        let method = op.method().to_ascii_lowercase();
+        let operation = paths
+            .get_mut(op.route())
+            .and_then(|item| item.get_mut(&method))
+            .unwrap_or_else(|| panic!("{} {} is registered but not described", op.method(), op.route()));
+        let key = json!({
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": true,
+            "schema": {"type": "string", "pattern": KEY_PATTERN},
+            "description": format!(
+                "One key per {} (a UUID is ideal), sent unchanged with every retry of it. A Structured Field \
+                 String (`\"…\"`, RFC 8941) as the IETF draft defines the field, or a bare token as Stripe's clients \
+                 send it; 1 to 255 printable ASCII characters once decoded. Keys expire after 24 hours.",
+                op.name()
+            ),
+        });
+        match operation["parameters"].as_array_mut() {
+            Some(parameters) => parameters.push(key),
+            None => operation["parameters"] = json!([key]),
+        }
+        let successes = operation["responses"].as_object_mut().into_iter().flatten();
+        for (_, response) in successes.filter(|(status, _)| status.starts_with('2')) {
+            response["headers"][REPLAYED] = json!({
+                "schema": {"const": "true"},
+                "description": "`true` on a replay of an earlier request's answer.",
+                "required": false,
+            });
         }
     }
 }

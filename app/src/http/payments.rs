@@ -58,30 +58,18 @@ problems!(
     tag = "payments",
     operation_id = "createPayment",
     security(("api_key" = [])),
-    params(
-        ("Idempotency-Key" = String, Header, // Exactly what the parser (`idempotency::key`) accepts: an sf-string, or a bare token
-         // without space, `"`, `,`, `;` or `\`; 1 to 255 characters once decoded; spaces around
-         // are not part of the value.
-         pattern = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#,
-         description = "One key per payment (a UUID is ideal), sent unchanged with every retry of it. A Structured \
-                        Field String (`\"…\"`, RFC 8941) as the IETF draft defines the field, or a bare token as \
-                        Stripe's clients send it; 1 to 255 printable ASCII characters once decoded. Keys expire \
-                        after 24 hours."),
-    ),
     request_body = CreatePayment,
     responses(
         (status = 201, description = "The payment succeeded (or this is the replay of its first answer).",
          body = PaymentView,
-         headers(("Location" = String, description = "The payment's URL."),
-                 ("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer.")),
+         headers(("Location" = String, description = "The payment's URL.")),
          links(("GetPayment" = (operation_id = "getPayment", parameters(("id" = "$response.body#/id")),
                                 description = "The payment, as it is now.")))),
         (status = 202, description = "The payment is pending at the gateway (`processing`, or `requires_action` \
                                       with Stripe's `next_action`); follow it with `GET /v1/payments/{id}`. A replay \
                                       of the key gets this same answer.",
          body = PaymentView,
-         headers(("Location" = String, description = "The payment's URL."),
-                 ("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer.")),
+         headers(("Location" = String, description = "The payment's URL.")),
          links(("GetPayment" = (operation_id = "getPayment", parameters(("id" = "$response.body#/id")),
                                 description = "The payment, as it is now.")))),
         CreateProblems,
@@ -121,15 +109,10 @@ pub struct CaptureBody {
     tag = "payments",
     operation_id = "capturePayment",
     security(("api_key" = [])),
-    params(
-        ("id" = String, Path, description = "The payment's id (`pay_…`)."),
-        ("Idempotency-Key" = String, Header, pattern = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#,
-         description = "One key per capture, sent unchanged with every retry of it; as for `POST /v1/payments`."),
-    ),
+    params(("id" = String, Path, description = "The payment's id (`pay_…`).")),
     request_body = CaptureBody,
     responses(
-        (status = 200, description = "Captured (or the replay of that answer).", body = PaymentView,
-         headers(("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer."))),
+        (status = 200, description = "Captured (or the replay of that answer).", body = PaymentView),
         SettleProblems,
     )
 )]
@@ -155,14 +138,9 @@ async fn capture(
     tag = "payments",
     operation_id = "cancelPayment",
     security(("api_key" = [])),
-    params(
-        ("id" = String, Path, description = "The payment's id (`pay_…`)."),
-        ("Idempotency-Key" = String, Header, pattern = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#,
-         description = "One key per cancel, sent unchanged with every retry of it; as for `POST /v1/payments`."),
-    ),
+    params(("id" = String, Path, description = "The payment's id (`pay_…`).")),
     responses(
-        (status = 200, description = "Canceled (or the replay of that answer).", body = PaymentView,
-         headers(("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer."))),
+        (status = 200, description = "Canceled (or the replay of that answer).", body = PaymentView),
         SettleProblems,
     )
 )]

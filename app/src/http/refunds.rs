@@ -55,19 +55,12 @@ problems!(
     tag = "refunds",
     operation_id = "createRefund",
     security(("api_key" = [])),
-    params(
-        ("Idempotency-Key" = String, Header,
-         pattern = r#"^[ \t]*(?:[!#-+\x2D-:<-\[\]-~]{1,255}|"(?:[ !#-\[\]-~]|\\["\\]){1,255}")[ \t]*$"#,
-         description = "One key per refund (a UUID is ideal), sent unchanged with every retry of it; as for \
-                        `POST /v1/payments`. Keys expire after 24 hours."),
-    ),
     request_body = CreateRefund,
     responses(
         (status = 201, description = "The refund was made or is pending at the gateway (or this is the replay of \
                                       its first answer).",
          body = RefundView,
-         headers(("Location" = String, description = "The refund's URL."),
-                 ("Idempotent-Replayed" = String, description = "`true` on a replay of an earlier request's answer.")),
+         headers(("Location" = String, description = "The refund's URL.")),
          links(("GetRefund" = (operation_id = "getRefund", parameters(("id" = "$response.body#/id")),
                                description = "The refund, as it is now.")))),
         CreateProblems,
