@@ -17,7 +17,7 @@ use sqlx::PgConnection;
 
 use crate::gateway::{Gateway, Outcome};
 use crate::idempotency::{Begun, BoxFuture, Idempotent, Lease, ProcessError, RecoveryPoint, StoredResponse};
-use crate::payments::model::{Answered, PaymentStatus as Status};
+use crate::payments::model::PaymentStatus as Status;
 use crate::payments::{PaymentId, no_such_payment, store};
 use crate::problem::{FieldError, INVALID_REQUEST, PAYMENT_NOT_CAPTURABLE, SETTLEMENT_ABANDONED, invalid_fields};
 
@@ -129,37 +129,29 @@ impl Idempotent for Settles {
     }
 }
 
-/// The payment as Stripe says it is now, and the key's final answer, in one transaction: 200 with
-/// the payment when captured or canceled as asked; 409 when it ended otherwise (a capture of an
-/// authorization that expired); 502 for a settlement Stripe never made (the payment's settlement
-/// is released: it can be captured or canceled again, with another key).
+/// The payment as Stripe says it is now (`store::advance`, forward only, as for a webhook), and
+/// the key's final answer, in one transaction: 200 with the payment when captured or canceled as
+/// asked; 409 when it ended otherwise (a capture of an authorization that expired); 502 for a
+/// settlement Stripe never made (the payment's settlement is released: it can be captured or
+/// canceled again, with another key).
 async fn finish(
     lease: &Lease,
     capture: bool,
     id: PaymentId,
     outcome: &Outcome,
 ) -> Result<StoredResponse, ProcessError> {
-    let (said, received) =
-        Answered::of(outcome).map_or((Status::RequiresCapture, 0), |a| (a.status, a.amount_received));
-    let never = said == Status::RequiresCapture;
+    let never = matches!(outcome, Outcome::Authorized { .. });
     let mut tx = lease.engine().pool().begin().await?;
-    sqlx::query!(
-        r#"
-        update payments
-           set status = case when status = 'requires_capture' then $2 else status end,
-               amount_captured = case when status = 'requires_capture' and $2 = 'succeeded' then $3 else amount_captured end,
-               amount_capturable = case when $4 then amount_capturable else 0 end,
-               settlement = case when $4 then null else settlement end,
-               settled_by = case when $4 then null else settled_by end, updated_at = now()
-         where id = $1
-        "#,
-        id.0,
-        said.as_str(),
-        received,
-        never,
-    )
-    .execute(&mut *tx)
-    .await?;
+    if never {
+        sqlx::query!(
+            "update payments set settlement = null, settled_by = null, updated_at = now() where id = $1",
+            id.0
+        )
+        .execute(&mut *tx)
+        .await?;
+    } else {
+        store::advance(&mut tx, id.0, outcome, None, &lease.engine().settings().budget, None, json!({})).await?;
+    }
     let payment = store::find(&mut *tx, lease.customer_id, id).await?.ok_or(sqlx::Error::RowNotFound)?;
     let response = match payment.status {
         _ if never => SETTLEMENT_ABANDONED.stored(

@@ -127,7 +127,7 @@ pub async fn pending(engine: &Engine, gateway: &Gateway, due: &Due) -> sqlx::Res
                 &outcome,
                 None,
                 &engine.settings().budget,
-                EventKind::Reconciled,
+                Some(EventKind::Reconciled),
                 detail,
             )
             .await?;

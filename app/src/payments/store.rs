@@ -153,8 +153,8 @@ pub struct Advanced {
 /// Moves payment `id` to what `outcome` (succeeded, declined or pending) says, if that is
 /// forward (`payment_status_rank`); never back. A payment that becomes pending is scheduled for
 /// reconciliation, one that becomes final is unscheduled. `event_at` is the `created` of the
-/// webhook event that said so. An event of `kind` with `detail` (plus `from` and `to`) goes on
-/// the payment's key timeline in the same statement. `None` if there is no such payment (or the
+/// webhook event that said so. An event of `kind`, if one is given, with `detail` (plus `from`
+/// and `to`) goes on the payment's key timeline in the same statement. `None` if there is no such payment (or the
 /// outcome says nothing about one: refused, unknown).
 pub async fn advance(
     conn: &mut PgConnection,
@@ -162,7 +162,7 @@ pub async fn advance(
     outcome: &Outcome,
     event_at: Option<OffsetDateTime>,
     budget: &Budget,
-    kind: EventKind,
+    kind: Option<EventKind>,
     detail: Value,
 ) -> sqlx::Result<Option<Advanced>> {
     let Some(target) = Answered::of(outcome) else { return Ok(None) };
@@ -194,7 +194,7 @@ pub async fn advance(
                    $12::jsonb || jsonb_build_object(
                        'from', status, 'to', case when exists (select from moved) then $2 else status end)
             from before
-            where key_id is not null
+            where key_id is not null and $11::text is not null
         )
         select status, exists (select from moved) as "moved!" from before
         "#,
@@ -208,7 +208,7 @@ pub async fn advance(
         event_at,
         budget.backoff.base.as_secs_f64(),
         budget.pending_cap.as_secs_f64(),
-        kind.as_str(),
+        kind.map(EventKind::as_str),
         detail,
         target.amount_capturable,
         target.amount_received,
@@ -218,6 +218,8 @@ pub async fn advance(
     let Some(row) = row else { return Ok(None) };
     let from = PaymentStatus::parse(&row.status)
         .ok_or_else(|| sqlx::Error::Decode(format!("unknown payment status {:?}", row.status).into()))?;
-    kind.count(1);
+    if let Some(kind) = kind {
+        kind.count(1);
+    }
     Ok(Some(Advanced { from, to: if row.moved { target.status } else { from }, moved: row.moved }))
 }

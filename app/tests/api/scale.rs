@@ -392,9 +392,9 @@ fn cases() -> Vec<Case> {
             &["$payment_id", "$customer_id", "'capture'", "$stuck_id", "null", "'capture_created'", "1", "'pay_x'"],
         ),
         case(
-            "capture outcome",
-            "amount_captured = case when status = 'requires_capture' and $2 = 'succeeded'",
-            &["$payment_id", "'succeeded'", "1000", "false"],
+            "settlement never made, released",
+            "update payments set settlement = null, settled_by = null",
+            &["$payment_id"],
         ),
         // Refunds.
         case(
