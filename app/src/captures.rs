@@ -150,7 +150,7 @@ async fn finish(
         .execute(&mut *tx)
         .await?;
     } else {
-        store::advance(&mut tx, id.0, outcome, None, &lease.engine().settings().budget, None, json!({})).await?;
+        store::advance(&mut tx, id.0, outcome, None, &lease.engine().settings().budget, None).await?;
     }
     let payment = store::find(&mut *tx, lease.customer_id, id).await?.ok_or(sqlx::Error::RowNotFound)?;
     let response = match payment.status {

@@ -251,7 +251,8 @@ fn describe_keys(paths: &mut Map<String, Value>) {
             "description": format!(
                 "One key per {} (a UUID is ideal), sent unchanged with every retry of it. A Structured Field \
                  String (`\"…\"`, RFC 8941) as the IETF draft defines the field, or a bare token as Stripe's clients \
-                 send it; 1 to 255 printable ASCII characters once decoded. Keys expire after 24 hours.",
+                 send it; 1 to 255 printable ASCII characters once decoded. Keys expire after 24 hours \
+                 (`PAYONCE_KEY_TTL_SECS`; docs/expiry.md).",
                 op.name()
             ),
         });
@@ -260,12 +261,10 @@ fn describe_keys(paths: &mut Map<String, Value>) {
             None => operation["parameters"] = json!([key]),
         }
         let successes = operation["responses"].as_object_mut().into_iter().flatten();
+        let (name, _, schema, description) = replayed();
         for (_, response) in successes.filter(|(status, _)| status.starts_with('2')) {
-            response["headers"][REPLAYED] = json!({
-                "schema": {"const": "true"},
-                "description": "`true` on a replay of an earlier request's answer.",
-                "required": false,
-            });
+            // Not `required`: SOMETIMES says so when `finish` goes through every header.
+            response["headers"][name] = json!({"schema": schema, "description": description});
         }
     }
 }
@@ -352,6 +351,17 @@ fn type_schema(problem: &ProblemType) -> Value {
     })
 }
 
+/// `Idempotent-Replayed`, as a stored answer carries it (a problem's or a success's): (name,
+/// always sent, schema, description), as [`problem_headers`] lists headers.
+fn replayed() -> (&'static str, bool, Value, &'static str) {
+    (
+        REPLAYED,
+        false,
+        json!({"const": "true"}),
+        "`true` when this is the stored answer of an earlier request with the same key.",
+    )
+}
+
 /// The headers a problem type's responses carry: (name, always sent, schema, description).
 fn problem_headers(problem: &ProblemType) -> Vec<(&'static str, bool, Value, &'static str)> {
     let retry_after = || {
@@ -376,14 +386,6 @@ fn problem_headers(problem: &ProblemType) -> Vec<(&'static str, bool, Value, &'s
             true,
             json!({"type": "string", "pattern": "^/v1/refunds/re_[0-9a-f]{32}$"}),
             "The refund this answer is about.",
-        )
-    };
-    let replayed = || {
-        (
-            REPLAYED,
-            false,
-            json!({"const": "true"}),
-            "`true` when this is the stored answer of an earlier request with the same key.",
         )
     };
     match problem.slug {

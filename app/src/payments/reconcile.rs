@@ -127,8 +127,7 @@ pub async fn pending(engine: &Engine, gateway: &Gateway, due: &Due) -> sqlx::Res
                 &outcome,
                 None,
                 &engine.settings().budget,
-                Some(EventKind::Reconciled),
-                detail,
+                Some((EventKind::Reconciled, detail)),
             )
             .await?;
             Ok(match advanced {

@@ -153,19 +153,19 @@ pub struct Advanced {
 /// Moves payment `id` to what `outcome` (succeeded, declined or pending) says, if that is
 /// forward (`payment_status_rank`); never back. A payment that becomes pending is scheduled for
 /// reconciliation, one that becomes final is unscheduled. `event_at` is the `created` of the
-/// webhook event that said so. An event of `kind`, if one is given, with `detail` (plus `from`
-/// and `to`) goes on the payment's key timeline in the same statement. `None` if there is no such payment (or the
-/// outcome says nothing about one: refused, unknown).
+/// webhook event that said so. The `event`, if one is given (its kind and detail, plus `from`
+/// and `to`), goes on the payment's key timeline in the same statement. `None` if there is no
+/// such payment (or the outcome says nothing about one: refused, unknown).
 pub async fn advance(
     conn: &mut PgConnection,
     id: Uuid,
     outcome: &Outcome,
     event_at: Option<OffsetDateTime>,
     budget: &Budget,
-    kind: Option<EventKind>,
-    detail: Value,
+    event: Option<(EventKind, Value)>,
 ) -> sqlx::Result<Option<Advanced>> {
     let Some(target) = Answered::of(outcome) else { return Ok(None) };
+    let (kind, detail) = event.unzip();
     let failure = target.failure.as_ref();
     let row = sqlx::query!(
         r#"
@@ -209,7 +209,7 @@ pub async fn advance(
         budget.backoff.base.as_secs_f64(),
         budget.pending_cap.as_secs_f64(),
         kind.map(EventKind::as_str),
-        detail,
+        detail.unwrap_or_default(),
         target.amount_capturable,
         target.amount_received,
     )

@@ -142,7 +142,7 @@ async fn apply(
         Some(outcome) => {
             detail["effect"] = Effect::Applied.as_str().into();
             let budget = engine.settings().budget;
-            store::advance(tx, target.id, outcome, Some(created), &budget, Some(EventKind::Webhook), detail).await?;
+            store::advance(tx, target.id, outcome, Some(created), &budget, Some((EventKind::Webhook, detail))).await?;
             return Ok(handled_as(Effect::Applied));
         }
     };
