@@ -62,7 +62,7 @@ STATEMENTS = [
     ),
     (
         "finish (payments/process.rs, step 3)",
-        "from idempotency_finish($1, $2, false, $3, $4, $5, jsonb_build_object('payment_status'",
+        "from idempotency_finish($1, $15, $2, false, $3, $4, $5, jsonb_build_object('payment_status'",
         {
             1: ":key_id",
             2: ":token",
@@ -78,6 +78,7 @@ STATEMENTS = [
             12: "1",  # backoff base, seconds
             13: "600",  # pending cap, seconds
             14: "0",  # amount capturable (none left: captured)
+            15: ":customer",  # the key's customer: with its id, the key's primary key
         },
     ),
 ]

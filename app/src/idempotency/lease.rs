@@ -115,6 +115,7 @@ impl Engine {
     pub(crate) async fn release_key(
         &self,
         key_id: Uuid,
+        customer_id: Uuid,
         token: i64,
         reason: &str,
         refused: Option<Value>,
@@ -125,7 +126,7 @@ impl Engine {
             with released as (
                 update idempotency_keys
                    set locked_until = now(), lease_owner = null, updated_at = now()
-                 where id = $1 and lease_token = $2 and state = 'processing'
+                 where id = $1 and customer_id = $9 and lease_token = $2 and state = 'processing'
                 returning id, customer_id, lease_token, recovery_point, attempts, created_at, locked_until
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
@@ -148,6 +149,7 @@ impl Engine {
             budget.horizon,
             budget.base,
             budget.cap,
+            customer_id,
         )
         .fetch_optional(self.pool())
         .await?;
@@ -268,11 +270,12 @@ impl Lease {
             r#"
             update idempotency_keys
                set locked_until = now() + $3 * interval '1 second', updated_at = now()
-             where id = $1 and lease_token = $2 and state = 'processing'
+             where id = $1 and customer_id = $4 and lease_token = $2 and state = 'processing'
             "#,
             self.key_id,
             self.token,
             secs(self.engine.settings().lease),
+            self.customer_id,
         )
         .execute(self.engine.pool())
         .await?;
@@ -285,7 +288,7 @@ impl Lease {
     /// in the same statement. Returns how long until the key may be tried again, or `None` if it
     /// was no longer ours.
     pub async fn release(&self, reason: &str, refused: Option<Value>) -> sqlx::Result<Option<Duration>> {
-        self.engine.release_key(self.key_id, self.token, reason, refused).await
+        self.engine.release_key(self.key_id, self.customer_id, self.token, reason, refused).await
     }
 
     /// Moves the key from recovery point `from` to `to`, fenced, inside the operation's own
@@ -305,7 +308,8 @@ impl Lease {
             with advanced as (
                 update idempotency_keys
                    set recovery_point = $4, updated_at = now()
-                 where id = $1 and lease_token = $2 and state = 'processing' and recovery_point = $3
+                 where id = $1 and customer_id = $6 and lease_token = $2 and state = 'processing'
+                   and recovery_point = $3
                 returning id, customer_id, lease_token
             ), event as (
                 insert into idempotency_events (key_id, customer_id, kind, lease_token, detail)
@@ -318,6 +322,7 @@ impl Lease {
             from.as_str(),
             to.as_str(),
             detail,
+            self.customer_id,
         )
         .fetch_one(&mut *conn)
         .await?;
@@ -345,9 +350,10 @@ impl Lease {
         let finished = sqlx::query_scalar!(
             r#"
             select count(*) as "finished!"
-            from idempotency_finish($1, $2, $3, $4, $5, $6, $7)
+            from idempotency_finish($1, $2, $3, $4, $5, $6, $7, $8)
             "#,
             self.key_id,
+            self.customer_id,
             self.token,
             failed,
             response.status.as_u16() as i16,

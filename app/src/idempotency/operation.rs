@@ -170,14 +170,16 @@ impl Engine {
         {
             return Ok(response);
         }
-        let (key_id, token) = (lease.key_id, lease.token);
+        let (key_id, customer_id, token) = (lease.key_id, lease.customer_id, lease.token);
         let driven = operation.driver.resume(lease).await;
         if let Err(ProcessError::Database(err)) = &driven {
             // The database failed mid-way (a failover, a timeout, a refused write). Held, the key
             // would stay in flight until its lease ran out, and the client's retry would meet
             // 409s; given back, the retry resumes it as soon as its backoff allows, under the same
             // downstream key. A database still failing refuses this too: the lease runs out then.
-            if let Err(release) = self.release_key(key_id, token, "the database failed mid-way", None).await {
+            if let Err(release) =
+                self.release_key(key_id, customer_id, token, "the database failed mid-way", None).await
+            {
                 tracing::warn!(error = %err, release = %release, "could not give the key back after a database error");
             }
         }

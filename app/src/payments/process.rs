@@ -248,7 +248,7 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
     let finished = sqlx::query_scalar!(
         r#"
         with finished as (
-            select * from idempotency_finish($1, $2, false, $3, $4, $5, jsonb_build_object('payment_status', $6::text))
+            select * from idempotency_finish($1, $15, $2, false, $3, $4, $5, jsonb_build_object('payment_status', $6::text))
         ), payment as (
             update payments p
                set status = $6, gateway_payment_intent_id = coalesce($7, p.gateway_payment_intent_id),
@@ -278,6 +278,7 @@ async fn finish(lease: &Lease, payment: &Payment, response: &StoredResponse) -> 
         budget.backoff.base.as_secs_f64(),
         budget.pending_cap.as_secs_f64(),
         payment.amount_capturable,
+        lease.customer_id,
     )
     .fetch_one(lease.engine().pool())
     .await?;
@@ -318,7 +319,7 @@ pub(super) async fn not_charged(
                set state = 'failed',
                    response_status = $3, response_headers = $4, response_body = $5,
                    locked_until = null, completed_at = now(), updated_at = now()
-             where id = $1 and lease_token = $2 and state = 'processing'
+             where id = $1 and customer_id = $7 and lease_token = $2 and state = 'processing'
             returning id, customer_id, lease_token, recovery_point
         ), payment as (
             update payments p
@@ -339,6 +340,7 @@ pub(super) async fn not_charged(
         response.headers_json(),
         response.body.as_ref(),
         why,
+        lease.customer_id,
     )
     .fetch_one(lease.engine().pool())
     .await?;

@@ -6,9 +6,9 @@
 # (minutes); WORKSHOP_FULL=1 does it too, on a copy of the repository.
 . "$(dirname "$0")/common.bash"
 
-migration=migrations/20261230000005_finish.sql
-fence="where k.id = p_key and k.lease_token = p_token and k.state = 'processing'"
-unfenced="where k.id = p_key and k.state = 'processing'"
+migration=migrations/20261231000401_finish_plpgsql.sql
+fence="where k.id = p_key and k.customer_id = p_customer and k.lease_token = p_token and k.state = 'processing'"
+unfenced="where k.id = p_key and k.customer_id = p_customer and k.state = 'processing'"
 in_source "$migration" 'create function idempotency_finish'
 in_source "$migration" "$fence"
 in_source app/src/payments/process.rs 'idempotency_finish\('
