@@ -388,7 +388,8 @@ impl Engine {
                        locked_until = now() + $4 * interval '1 second',
                        attempts = attempts + 1,
                        updated_at = now()
-                 where id = $1 and lease_token = $2 and state = 'processing' and locked_until <= now()
+                 where id = $1 and customer_id = $9 and lease_token = $2 and state = 'processing'
+                   and locked_until <= now()
                    and not idempotency_exhausted(attempts, created_at, $5, $6)
                    and idempotency_retry_at(locked_until, attempts, created_at, $5, $6, $7, $8) <= now()
                 returning id, customer_id, lease_token, attempts, recovery_point, created_at
@@ -410,6 +411,7 @@ impl Engine {
             budget.horizon,
             budget.base,
             budget.cap,
+            op.customer_id,
         )
         .fetch_optional(self.pool())
         .await?;

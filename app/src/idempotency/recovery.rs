@@ -38,7 +38,7 @@ impl Engine {
             Abandoned,
             r#"
             with abandoned as (
-                select id
+                select id, customer_id
                 from idempotency_keys
                 where state = 'processing'
                   and locked_until <= now()
@@ -54,7 +54,7 @@ impl Engine {
                        attempts = k.attempts + 1,
                        updated_at = now()
                   from abandoned
-                 where k.id = abandoned.id
+                 where k.id = abandoned.id and k.customer_id = abandoned.customer_id
                 returning k.id, k.customer_id, k.route, k.key, k.fingerprint, k.lease_token, k.recovery_point,
                           k.request, k.attempts, k.created_at
             ), event as (

@@ -290,7 +290,7 @@ fn cases() -> Vec<Case> {
         case(
             "reclaim",
             "with reclaimed as (\n                update idempotency_keys",
-            &["$stuck_id", "1", "'owner'", "30.0", B[0], B[1], B[2], B[3]],
+            &["$stuck_id", "1", "'owner'", "30.0", B[0], B[1], B[2], B[3], "$customer_id"],
         ),
         case(
             "replay's stored response",
@@ -773,15 +773,15 @@ fn key_reads(plan: &Value, found: &mut Vec<String>) {
     }
 }
 
-/// Every fenced write of a key on a new payment's way (the finish, inside `idempotency_finish`;
-/// the heartbeat; a phase's advance; the release after an error; the give-up) finds the key by its
-/// whole primary key, (id, customer_id): a unique index matched in full is one row whatever the
-/// statistics say. By its id alone, on a table autovacuum had not analysed yet (every new
-/// database, for a minute or more: the benchmarks' whole run), the key was guessed at a few dozen
-/// rows and found by intersecting the primary key with `idempotency_keys_processing`, walking that
-/// index's entries of every key finished since the last vacuum: ~700 buffers per finish instead
-/// of a dozen. The plans are generic (any values), as PL/pgSQL and a pooled connection's sixth
-/// execution may keep them.
+/// Every fenced write of a key on a new payment's way (the finish, inside `idempotency_finish`; the
+/// heartbeat; a phase's advance; the release after an error; the give-up; a retry's reclaim of a
+/// lease that ran out) finds the key by its whole primary key, (id, customer_id): a unique index
+/// matched in full is one row whatever the statistics say. By its id alone, on a table autovacuum
+/// had not analysed yet (every new database, for a minute or more: the benchmarks' whole run), the
+/// key was guessed at a few dozen rows and found by intersecting the primary key with
+/// `idempotency_keys_processing`, walking that index's entries of every key finished since the last
+/// vacuum: ~700 buffers per finish instead of a dozen. The plans are generic (any values), as
+/// PL/pgSQL and a pooled connection's sixth execution may keep them.
 #[tokio::test]
 async fn fenced_writes_find_their_key_by_its_primary_key_without_statistics() {
     let database = TestDatabase::create().await;
@@ -830,6 +830,7 @@ async fn fenced_writes_find_their_key_by_its_primary_key_without_statistics() {
             "with released as (\n                update idempotency_keys\n                   set locked_until = now()",
         ),
         ("give-up", "failure_code = 'not_charged'"),
+        ("reclaim", "with reclaimed as (\n                update idempotency_keys"),
     ] {
         let query = queries.iter().find(|query| query.sql.contains(needle)).unwrap_or_else(|| panic!("{name}"));
         statements.push((name.to_owned(), query.sql.clone(), query.types.clone()));
