@@ -163,7 +163,7 @@ def flush(admin_url, db, local):
 
 
 def database(admin_url, db):
-    base, sep, params = admin_url.partition("?")  # keep e.g. ?host=/var/run/postgresql
+    base, sep, params = admin_url.partition("?")  # keep e.g. ?sslmode=disable
     url = base.rsplit("/", 1)[0] + "/" + db + sep + params
     tables = json.loads(psql(url, """
         select coalesce(json_object_agg(relname, json_build_array(n_tup_ins, n_tup_upd, n_tup_del, n_tup_hot_upd)), '{}')

@@ -53,8 +53,8 @@ stack_up() {
     command -v python3 >/dev/null || stack_fail "python3 is not installed (it finds free ports)"
     psql "$admin_url" -qc "create database $stack_database" >/dev/null ||
         stack_fail "cannot create a scratch database on $admin_url"
-    # The scratch database on the same server, with admin_url's parameters (e.g.
-    # `?host=/var/run/postgresql` for its Unix socket, or `?sslmode=disable`).
+    # The scratch database on the same server, with admin_url's parameters (e.g. `?sslmode=disable`;
+    # the Unix socket is a host: postgres://postgres@%2Fvar%2Frun%2Fpostgresql/postgres).
     local base=${admin_url%%\?*} params=
     [ "$base" = "$admin_url" ] || params="?${admin_url#*\?}"
     export DATABASE_URL="${base%/*}/$stack_database$params"
