@@ -260,6 +260,13 @@ fn case(name: &'static str, needle: &'static str, params: &[&'static str]) -> Ca
     Case { name, needle, params: params.to_vec() }
 }
 
+/// The query the case `name` EXPLAINs, and the case (its parameters).
+fn case_query(name: &str) -> (Described, Case) {
+    let case = cases().into_iter().find(|case| case.name == name).unwrap_or_else(|| panic!("no case {name:?}"));
+    let query = described().into_iter().find(|query| query.sql.contains(case.needle)).unwrap();
+    (query, case)
+}
+
 /// Every query on a growing table the request paths, the sweeper and the dashboard run.
 fn cases() -> Vec<Case> {
     // The budget: max attempts, horizon, backoff base and cap.
@@ -330,7 +337,27 @@ fn cases() -> Vec<Case> {
                 "'automatic'",
             ],
         ),
-        case("payment finished", "where p.key_id = finished.key_id", FINISH),
+        case(
+            "payment finished",
+            "where p.key_id = finished.key_id",
+            &[
+                "$key_id",
+                "1",
+                "201",
+                "'[]'",
+                "'\\x7b7d'",
+                "'succeeded'",
+                "$payment_intent",
+                "null",
+                "null",
+                "null",
+                "null",
+                "1.0",
+                "600.0",
+                "0",
+                "$customer_id",
+            ],
+        ),
         case(
             "payment failed",
             "with failed as (\n            update idempotency_keys",
@@ -724,25 +751,6 @@ async fn the_reapers_generic_plan_finds_the_keys_by_their_ids() {
     }
 }
 
-/// The parameters of the payment's finish: its key, a 201 with the payment, succeeded.
-const FINISH: &[&str] = &[
-    "$key_id",
-    "1",
-    "201",
-    "'[]'",
-    "'\\x7b7d'",
-    "'succeeded'",
-    "$payment_intent",
-    "null",
-    "null",
-    "null",
-    "null",
-    "1.0",
-    "600.0",
-    "0",
-    "$customer_id",
-];
-
 /// A function that returns rows is estimated at a thousand of them unless it says otherwise. The
 /// payment's finish (every new payment's last statement) joins the key `idempotency_finish`
 /// returns, at most one, to its payment: planned for a thousand keys, the join read the payments
@@ -756,8 +764,8 @@ async fn the_payments_finish_finds_its_payment_by_key_at_any_size() {
     fill(&database.url, 10_000).await;
     let mut db = PgConnection::connect(&database.url).await.unwrap();
     let samples = Samples::read(&mut db).await;
-    let finish = described().into_iter().find(|query| query.sql.contains("with finished as (")).unwrap();
-    let scanned = full_scans(&mut db, &finish.sql, &finish.types, &samples.fill(FINISH)).await;
+    let (finish, case) = case_query("payment finished");
+    let scanned = full_scans(&mut db, &finish.sql, &finish.types, &samples.fill(&case.params)).await;
     assert!(scanned.is_empty(), "10 000 keys' history: Seq Scan on {scanned:?}");
 }
 
@@ -821,19 +829,10 @@ async fn fenced_writes_find_their_key_by_its_primary_key_without_statistics() {
         statement,
         arguments.iter().map(|(_, ty)| (*ty).to_owned()).collect::<Vec<_>>(),
     )];
-    let queries = described();
-    for (name, needle) in [
-        ("heartbeat", "set locked_until = now() + $3 * interval '1 second', updated_at = now()"),
-        ("advance", "with advanced as ("),
-        (
-            "release",
-            "with released as (\n                update idempotency_keys\n                   set locked_until = now()",
-        ),
-        ("give-up", "failure_code = 'not_charged'"),
-        ("reclaim", "with reclaimed as (\n                update idempotency_keys"),
-    ] {
-        let query = queries.iter().find(|query| query.sql.contains(needle)).unwrap_or_else(|| panic!("{name}"));
-        statements.push((name.to_owned(), query.sql.clone(), query.types.clone()));
+    // The engine's own fenced writes, as the request paths' cases name them.
+    for name in ["heartbeat", "advance", "release", "payment failed", "reclaim"] {
+        let (query, _) = case_query(name);
+        statements.push((name.to_owned(), query.sql, query.types));
     }
     let mut failures = Vec::new();
     for (name, sql, types) in statements {
