@@ -649,14 +649,21 @@ pub(crate) async fn fill(url: &str, keys: i64) {
     sqlx::raw_sql(&fill_script()).execute(&mut db).await.unwrap();
 }
 
+/// A migrated test database with `keys` keys' history, and a connection to it (the database is
+/// dropped with the first).
+async fn filled(keys: i64) -> (TestDatabase, PgConnection) {
+    let database = TestDatabase::create().await;
+    payonce::db::MIGRATOR.run(&database.pool).await.unwrap();
+    fill(&database.url, keys).await;
+    let db = PgConnection::connect(&database.url).await.unwrap();
+    (database, db)
+}
+
 /// Every query of the request paths, the sweeper and the dashboard, EXPLAINed against a hundred
 /// thousand keys' history, reads the tables that grow through an index.
 #[tokio::test]
 async fn no_query_reads_a_growing_table_whole() {
-    let database = TestDatabase::create().await;
-    payonce::db::MIGRATOR.run(&database.pool).await.unwrap();
-    fill(&database.url, FILL_KEYS).await;
-    let mut db = PgConnection::connect(&database.url).await.unwrap();
+    let (_database, mut db) = filled(FILL_KEYS).await;
     let samples = Samples::read(&mut db).await;
 
     // The control: a predicate no index serves is caught, so the tables are big enough for the
@@ -759,10 +766,7 @@ async fn the_reapers_generic_plan_finds_the_keys_by_their_ids() {
 /// hundred thousand keys' history, where the other queries are EXPLAINed, does not show it.
 #[tokio::test]
 async fn the_payments_finish_finds_its_payment_by_key_at_any_size() {
-    let database = TestDatabase::create().await;
-    payonce::db::MIGRATOR.run(&database.pool).await.unwrap();
-    fill(&database.url, 10_000).await;
-    let mut db = PgConnection::connect(&database.url).await.unwrap();
+    let (_database, mut db) = filled(10_000).await;
     let samples = Samples::read(&mut db).await;
     let (finish, case) = case_query("payment finished");
     let scanned = full_scans(&mut db, &finish.sql, &finish.types, &samples.fill(&case.params)).await;
@@ -792,10 +796,7 @@ fn key_reads(plan: &Value, found: &mut Vec<String>) {
 /// PL/pgSQL and a pooled connection's sixth execution may keep them.
 #[tokio::test]
 async fn fenced_writes_find_their_key_by_its_primary_key_without_statistics() {
-    let database = TestDatabase::create().await;
-    payonce::db::MIGRATOR.run(&database.pool).await.unwrap();
-    fill(&database.url, 2_000).await;
-    let mut db = PgConnection::connect(&database.url).await.unwrap();
+    let (_database, mut db) = filled(2_000).await;
     sqlx::raw_sql(
         "delete from pg_statistic where starelid = 'idempotency_keys'::regclass;
          set plan_cache_mode = force_generic_plan",
