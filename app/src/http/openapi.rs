@@ -167,17 +167,41 @@ pub fn problem_responses(types: &[ProblemType]) -> BTreeMap<String, RefOr<ApiRes
         .collect()
 }
 
+/// What every idempotent operation can answer besides its own problems: the API key, the
+/// `Idempotency-Key` and its state (in flight, reused), the body's media type and time, the
+/// gateway's and the database's unavailability. `problems!(…: idempotent, …)` adds them.
+pub const IDEMPOTENT: [ProblemType; 10] = [
+    problem::UNAUTHORIZED,
+    problem::IDEMPOTENCY_KEY_MISSING,
+    problem::IDEMPOTENCY_KEY_INVALID,
+    problem::UNSUPPORTED_MEDIA_TYPE,
+    problem::REQUEST_TIMEOUT,
+    problem::IDEMPOTENCY_KEY_IN_USE,
+    problem::IDEMPOTENCY_KEY_REUSED,
+    problem::GATEWAY_UNAVAILABLE,
+    problem::GATEWAY_REFUSED,
+    problem::SERVICE_UNAVAILABLE,
+];
+
 /// Declares the problems an operation answers with, for its `responses(...)`:
-/// `problems!(CreateProblems: UNAUTHORIZED, IDEMPOTENCY_KEY_MISSING, …)` names constants of
-/// [`problem`]; the [`EDGE`]'s are added.
+/// `problems!(ReadProblems: UNAUTHORIZED, NOT_FOUND, …)` names constants of [`problem`];
+/// `problems!(CreateProblems: idempotent, CARD_DECLINED, …)` adds the [`IDEMPOTENT`] ones; the
+/// [`EDGE`]'s are added to all.
 macro_rules! problems {
+    ($(#[$doc:meta])* $name:ident: idempotent $(, $ty:ident)* $(,)?) => {
+        $crate::http::openapi::problems!(@declare $(#[$doc])* $name,
+            [&$crate::http::openapi::IDEMPOTENT[..], &[$($crate::problem::$ty),*]].concat());
+    };
     ($(#[$doc:meta])* $name:ident $(: $($ty:ident),+)? $(,)?) => {
+        $crate::http::openapi::problems!(@declare $(#[$doc])* $name, [$($($crate::problem::$ty),+)?]);
+    };
+    (@declare $(#[$doc:meta])* $name:ident, $types:expr) => {
         $(#[$doc])*
         pub struct $name;
 
         impl utoipa::IntoResponses for $name {
             fn responses() -> std::collections::BTreeMap<String, utoipa::openapi::RefOr<utoipa::openapi::response::Response>> {
-                $crate::http::openapi::problem_responses(&[$($($crate::problem::$ty),+)?])
+                $crate::http::openapi::problem_responses(&$types)
             }
         }
     };
