@@ -18,7 +18,7 @@ use crate::idempotency::{Engine, EventLog};
 use crate::lab::{Lab, Strategy};
 use crate::listener::{self, FdBudget};
 use crate::simulator::{self, RunningSimulator};
-use crate::state::AppState;
+use crate::state::{AppState, Services};
 use crate::sweeper::{Sweeper, SweeperSettings};
 
 /// The secret key payonce gives async-stripe when it talks to its own simulator.
@@ -143,7 +143,7 @@ impl Server {
             );
         }
         let operations = crate::operations::registry(&gateway);
-        let state = AppState {
+        let state = AppState::new(Services {
             auth: Arc::new(Authenticator::new(database.pool.clone())),
             engine,
             gateway,
@@ -154,7 +154,7 @@ impl Server {
             lab,
             operations,
             reads: database.reads.clone(),
-        };
+        });
         let fds = FdBudget {
             reserved: RESERVED_FDS + u64::from(config.database.pool_size),
             per_connection: if simulator.is_some() { 3 } else { 2 },

@@ -11,9 +11,35 @@ use crate::idempotency::Engine;
 use crate::lab::Claims;
 use crate::operations::Op;
 
-/// What every handler can reach. Cheap to clone.
+/// What every handler can reach: [`Services`], shared. Axum clones the state for each request
+/// (and the idempotent path once more for its task): that copies one pointer. Cloning the
+/// services themselves (their clients, pools and the registry's map) cost a replay a third of
+/// its CPU (docs/performance.md, "Replays that cloned the whole state").
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Services>);
+
+impl AppState {
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+
+    /// A copy of the services, to change some of them (a second server on the same database).
+    pub fn services(&self) -> Services {
+        (*self.0).clone()
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.0
+    }
+}
+
+/// The services a handler can reach, built once at startup.
+#[derive(Clone)]
+pub struct Services {
     pub engine: Engine,
     pub gateway: Gateway,
     /// How this server names itself as a lease owner (`http:<host>:<pid>`).
@@ -35,7 +61,7 @@ pub struct AppState {
     pub reads: crate::db::Reads,
 }
 
-impl AppState {
+impl Services {
     /// Who claims `op`'s keys on this server: the engine, but for the payments of a lab server
     /// started with another strategy (`PAYONCE_CLAIM_STRATEGY`). Fixed at startup.
     pub fn claims(&self, op: Op) -> Claims {

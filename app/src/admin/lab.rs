@@ -398,11 +398,11 @@ fn second_server(state: &AppState) -> AppState {
         .acquire_timeout(pool.options().get_acquire_timeout())
         .connect_lazy_with((*pool.connect_options()).clone());
     let (events, _writer) = EventLog::spawn(second.clone());
-    let mut other = state.clone();
+    let mut other = state.services();
     other.engine = Engine::new(second, state.engine.settings(), events);
     other.lab = Arc::new(Lab::new(state.lab.settings().clone()));
     other.owner = Arc::from(format!("{}:lab-second", state.owner));
-    other
+    AppState::new(other)
 }
 
 /// Every request of one strategy released at the same instant; the answers, then the ledger.

@@ -718,14 +718,14 @@ async fn every_route_is_described_and_served() {
     use payonce::customers::Authenticator;
     use payonce::gateway::Gateway;
     use payonce::idempotency::{Engine, EngineSettings, EventLog};
-    use payonce::state::AppState;
+    use payonce::state::{AppState, Services};
     use tower::ServiceExt;
 
     // A state that connects to nothing: only routing is looked at (a 405 runs no handler).
     let pool = sqlx::PgPool::connect_lazy("postgres://nobody@127.0.0.1:9/none").unwrap();
     let (events, _writer) = EventLog::spawn(pool.clone());
     let gateway = Gateway::new("sk_test_routes", Some("http://127.0.0.1:9/"), Duration::from_secs(1)).unwrap();
-    let state = AppState {
+    let state = AppState::new(Services {
         engine: Engine::new(pool.clone(), EngineSettings::default(), events),
         owner: Arc::from("test"),
         metrics: payonce::metrics::install(),
@@ -737,7 +737,7 @@ async fn every_route_is_described_and_served() {
         webhook_secret: None,
         // Not in lab mode: the lab's routes are not served, nor described (http::openapi).
         lab: Arc::new(payonce::lab::Lab::new(Default::default())),
-    };
+    });
     let router = payonce::app::router(state, false);
     let (_, openapi) = payonce::http::api().split_for_parts();
     let doc = payonce::http::openapi::Spec::new(openapi).0;
