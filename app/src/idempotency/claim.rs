@@ -149,11 +149,8 @@ impl Engine {
         owner: &str,
         first: Option<&Registered>,
     ) -> Result<Claim, ClaimError> {
-        // A final answer this process replayed a moment ago: the same checks, without the database.
-        if let Some(known) = self.replays().get(op.customer_id, op.key.as_str()) {
-            self.check_scope_and_payload(op, known.key_id, &known.method, &known.route, known.fingerprint.as_bytes())?;
-            self.observe(op, known.key_id, EventKind::Replayed, json!({"status": known.response.status.as_u16()}));
-            return Ok(Claim::Completed(known.response));
+        if let Some(response) = self.replay_from_memory(op)? {
+            return Ok(Claim::Completed(response));
         }
         let initial = first.map_or(RecoveryPoint::STARTED, |first| first.first_phase.clone());
         for _ in 0..ATTEMPTS {
@@ -221,6 +218,17 @@ impl Engine {
             }
             Begun::Taken => unreachable!("first_write moves past taken generations"),
         }
+    }
+
+    /// The final answer of `op.key` if this process replayed it a moment ago
+    /// ([`super::replays`]), after the same checks as on the database's row (scope, then
+    /// payload): no database, no await. So a caller can answer a retry storm's replays before it
+    /// spawns anything for the request.
+    pub fn replay_from_memory(&self, op: &Operation) -> Result<Option<StoredResponse>, ClaimError> {
+        let Some(known) = self.replays().get(op.customer_id, op.key.as_str()) else { return Ok(None) };
+        self.check_scope_and_payload(op, known.key_id, &known.method, &known.route, known.fingerprint.as_bytes())?;
+        self.observe(op, known.key_id, EventKind::Replayed, json!({"status": known.response.status.as_u16()}));
+        Ok(Some(known.response))
     }
 
     /// The atomic claim, and on conflict the existing row, in one round trip.
