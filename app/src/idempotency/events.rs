@@ -216,3 +216,30 @@ async fn insert(pool: &PgPool, events: &[Event]) -> sqlx::Result<()> {
     .await?;
     tx.commit().await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Past the queue's capacity, `record` drops the event without waiting and counts it: the
+    /// count is what the writer reports (one warning and the metric) after its next batch.
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let log = EventLog { tx, dropped: Arc::new(AtomicU64::new(0)) };
+        let event = || Event {
+            key_id: Uuid::nil(),
+            customer_id: Uuid::nil(),
+            kind: EventKind::Replayed,
+            lease_token: None,
+            detail: Value::Null,
+        };
+        for _ in 0..5 {
+            log.record(event());
+        }
+        assert_eq!(log.dropped.load(Ordering::Relaxed), 3, "two queued, three dropped");
+        assert!(rx.try_recv().is_ok() && rx.try_recv().is_ok() && rx.try_recv().is_err());
+        log.record(event());
+        assert_eq!(log.dropped.load(Ordering::Relaxed), 3, "room again: queued, not dropped");
+    }
+}
