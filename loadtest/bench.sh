@@ -165,7 +165,7 @@ cost.report(work, [
     ("2 new payments through payonce", "new-payments", new["stats"]["requests"], "new"),
     (f"3 replays, {replay_concurrency} clients flat out", "replays", replays["stats"]["requests"], "replay"),
     (f"  replays offered at {replay_rate}/s", "replays-at-rate", paced["stats"]["requests"], "replay"),
-    ("5 new payments, idempotency layer off", "unprotected", unprotected["stats"]["requests"], "other"),
+    ("5 new payments, idempotency layer off", "unprotected", unprotected["stats"]["requests"], "bare"),
 ])
 failed = [name for name, run in [("new payments", new), ("replays", replays), ("paced replays", paced),
                                   ("unprotected", unprotected), ("storm", storm_run)]
