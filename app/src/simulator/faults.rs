@@ -258,17 +258,12 @@ pub(crate) struct DeliveryPlan {
     pub hold: bool,
 }
 
-/// The current faults and the random source their draws come from.
-#[derive(Debug)]
+/// The current faults and the random source their draws come from (`fastrand::Rng::default()`
+/// is a fresh, randomly seeded generator).
+#[derive(Debug, Default)]
 pub(crate) struct FaultState {
     faults: Faults,
     rng: fastrand::Rng,
-}
-
-impl Default for FaultState {
-    fn default() -> Self {
-        Self { faults: Faults::default(), rng: fastrand::Rng::new() }
-    }
 }
 
 impl FaultState {
