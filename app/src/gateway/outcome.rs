@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-pub use crate::idempotency::downstream::{GatewayError, Refusal, RefusalReason};
+pub use crate::idempotency::{GatewayError, Refusal, RefusalReason};
 
 /// The meaning of one gateway answer.
 #[derive(Debug, Clone, PartialEq)]

@@ -44,6 +44,7 @@ use sqlx::PgPool;
 
 pub use budget::{Backoff, Budget, Horizon};
 pub use claim::{Busy, Claim, ClaimError, Operation};
+pub use downstream::{GatewayError, Refusal, RefusalReason};
 pub use events::{Event, EventKind, EventLog};
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
